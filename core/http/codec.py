@@ -1,0 +1,228 @@
+"""HTTP inference bodies: JSON tensors and the binary tensor data extension, both directions."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ..datatypes import BY_NAME, element_count, from_wire_bytes, name_of_config_type, to_wire_bytes
+from ..errors import ServerError, internal
+from ..inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ..protos.model_config_pb2 import ModelConfig
+
+_ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+           "'shared_memory_region' in 'parameters'. But")
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """Split a request body into its JSON header and binary part (Inference-Header-Content-Length)."""
+    if header_length is None:
+        return body, memoryview(b"")
+    try:
+        length = int(header_length)
+    except ValueError:
+        raise ServerError(f"Inference-Header-Content-Length must be an integer, got: {header_length}") from None
+    if length < 0 or length > len(body) or length > 2**31 - 1:
+        raise ServerError(f"inference header size should be in range (0, {len(body)}), got: {length}")
+    view = memoryview(body)
+    return bytes(view[:length]), view[length:]
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    if not data or not isinstance(data[0], list):
+        return data
+    flat: list[Any] = []
+    for item in data:
+        flat.extend(_flatten(item))
+    return flat
+
+
+def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    if datatype in ("FP16", "BF16"):
+        raise ServerError(f"receiving {datatype} data via JSON is not supported. "
+                          f"Please use the binary data format for input {name}")
+    flat = _flatten(data)
+    if len(flat) != element_count(shape):
+        raise ServerError(f"Unable to parse 'data' of input '{name}': shape {list(shape)} needs "
+                          f"{element_count(shape)} elements, got {len(flat)}")
+    try:
+        if datatype == "BYTES":
+            if not all(isinstance(x, str) for x in flat):
+                raise ValueError("BYTES elements must be JSON strings")
+            array = np.empty(len(flat), dtype=np.object_)
+            array[:] = [x.encode("utf-8") for x in flat]
+            return array.reshape(shape)
+        if datatype == "BOOL":
+            if not all(isinstance(x, bool) for x in flat):
+                raise ValueError("BOOL elements must be true or false")
+        elif any(isinstance(x, (bool, str)) or x is None for x in flat):
+            raise ValueError(f"{datatype} elements must be numbers")
+        return np.array(flat, dtype=BY_NAME[datatype].numpy).reshape(shape)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise ServerError(f"Unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
+
+
+def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
+        raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
+    if any(d < 0 for d in raw):
+        raise ServerError(f"Unable to parse 'shape' of input '{name}': dims must be non-negative, got {raw}")
+    if element_count(raw) > 2**40:
+        raise ServerError(f"shape {raw} of input '{name}' causes total element count to exceed maximum size")
+    return tuple(raw)
+
+
+def parse_request(header: bytes, binary: memoryview, model_name: str, version: int | None) -> InferenceRequest:
+    """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
+    try:
+        doc = json.loads(header) if header else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
+    if not isinstance(doc, dict):
+        raise ServerError("failed to parse the request JSON buffer: expected a JSON object")
+    raw_inputs = doc.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise ServerError("request JSON must contain an 'inputs' array")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise ServerError("request 'parameters' must be a JSON object")
+    for key in params:
+        if key.startswith("triton_"):
+            raise ServerError(f"parameter keys starting with 'triton_' are reserved for Triton usage and "
+                              f"should not be specified, got '{key}'")
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise ServerError("request 'id' must be a string")
+    inputs: dict[str, Tensor] = {}
+    offset = 0
+    for raw in raw_inputs:
+        tensor, used = _parse_input(raw, binary[offset:], model_name)
+        if tensor.name in inputs:
+            raise ServerError(f"input '{tensor.name}' is specified more than once for model '{model_name}'")
+        inputs[tensor.name] = tensor
+        offset += used
+    if offset != len(binary):
+        raise ServerError(f"unexpected additional input data for model '{model_name}'")
+    outputs = []
+    for raw in doc.get("outputs") or []:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise ServerError("each requested output must be an object with a 'name'")
+        out_params = raw.get("parameters") or {}
+        if out_params.get("shared_memory_region") is not None:
+            _no_shared_memory(out_params["shared_memory_region"])
+        outputs.append(RequestedOutput(raw["name"], dict(out_params)))
+    request = InferenceRequest(model_name, version, id=request_id, inputs=inputs, outputs=outputs,
+                               parameters=params)
+    return request
+
+
+def _no_shared_memory(region: Any) -> None:
+    raise ServerError(f"Unable to find system shared memory region: '{region}'")
+
+
+def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor, int]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise ServerError("each input must be an object with a string 'name'")
+    name = raw["name"]
+    datatype = raw.get("datatype")
+    if datatype not in BY_NAME:
+        raise ServerError(f"invalid datatype '{datatype}' for input '{name}'")
+    shape = _parse_shape(name, raw.get("shape"))
+    params = raw.get("parameters") or {}
+    given = [k for k, present in (("data", "data" in raw), ("binary_data_size", "binary_data_size" in params),
+                                  ("shared_memory_region", "shared_memory_region" in params)) if present]
+    if len(given) != 1:
+        raise ServerError(f"{_ONE_OF} {len(given)} were set for input '{name}'")
+    if given[0] == "shared_memory_region":
+        _no_shared_memory(params["shared_memory_region"])
+    if given[0] == "data":
+        return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"])), 0
+    size = params["binary_data_size"]
+    if not isinstance(size, int) or size < 0:
+        raise ServerError(f"binary_data_size of input '{name}' must be a non-negative integer")
+    if size > len(binary):
+        raise ServerError(f"unexpected size for input '{name}', expecting {size - len(binary)} additional "
+                          f"bytes for model '{model_name}'")
+    dt = BY_NAME[datatype]
+    if datatype != "BYTES" and size != element_count(shape) * dt.itemsize:
+        raise ServerError(f"input byte size mismatch for input '{name}' for model '{model_name}'. "
+                          f"Expected {element_count(shape) * dt.itemsize}, got {size}")
+    try:
+        array = from_wire_bytes(datatype, shape, binary[:size])
+    except ValueError as error:
+        raise ServerError(f"invalid binary data for input '{name}' for model '{model_name}': {error}") from None
+    return Tensor(name, datatype, shape, array), size
+
+
+def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version: int | None) -> InferenceRequest:
+    """Inference-Header-Content-Length: 0: the body is the data of the model's only input, batch 1."""
+    if len(config.input) != 1:
+        raise ServerError(f"Raw request must only have 1 input (found {len(config.input)}) to be deduced "
+                          f"but got {len(config.input)} inputs in '{model_name}' model configuration")
+    spec = config.input[0]
+    datatype = name_of_config_type(spec.data_type)
+    dims = list(spec.dims)
+    if datatype == "BYTES":
+        if len(dims) != 1 or dims[0] not in (1, -1):
+            raise ServerError(f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]")
+        shape: tuple[int, ...] = (1,)
+        array = np.empty(1, dtype=np.object_)
+        array[0] = bytes(body)
+    else:
+        if dims.count(-1) > 1:
+            raise ServerError(f"The shape of the raw input '{spec.name}' can not be deduced because there are "
+                              "more than one variable-sized dimension")
+        itemsize = BY_NAME[datatype].itemsize
+        known = element_count([d for d in dims if d != -1]) * itemsize
+        if known == 0 or len(body) % known:
+            raise ServerError(f"unexpected size {len(body)} for raw input '{spec.name}' of model '{model_name}'")
+        shape = tuple(len(body) // known if d == -1 else d for d in dims)
+        array = from_wire_bytes(datatype, shape, memoryview(body))
+    if config.max_batch_size > 0:
+        shape = (1, *shape)
+        array = array.reshape(shape)
+    request = InferenceRequest(model_name, version, inputs={spec.name: Tensor(spec.name, datatype, shape, array)},
+                               parameters={"binary_data_output": True})
+    return request
+
+
+def encode_response(response: InferenceResponse, request: InferenceRequest,
+                    model_name: str) -> tuple[bytes, int | None]:
+    """The response body and, when it carries binary blobs, the JSON header's length."""
+    binary_default = request.parameters.get("binary_data_output", False) is True
+    outputs_json: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for tensor in response.outputs:
+        params = tensor.parameters
+        binary = params.get("binary_data", binary_default) is True
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        if binary:
+            blob = to_wire_bytes(tensor.datatype, tensor.data)
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = _json_data(tensor)
+        outputs_json.append(entry)
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": str(request.model_version)}
+    if request.id:
+        doc["id"] = request.id
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = outputs_json
+    header = json.dumps(doc, separators=(",", ":")).encode()
+    if not any(blobs):
+        return header, None
+    return header + b"".join(blobs), len(header)
+
+
+def _json_data(tensor: Tensor) -> list[Any]:
+    if tensor.datatype in ("FP16", "BF16"):
+        raise internal(f"sending {tensor.datatype} data via JSON is not supported. "
+                       f"Please request binary data for output {tensor.name}")
+    flat = tensor.data.ravel()
+    if tensor.datatype == "BYTES":
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
+    return flat.tolist()

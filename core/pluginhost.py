@@ -1,0 +1,116 @@
+"""The plugin host: finds plugins (built-ins first, then entry points), checks them, fills the registries."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import __version__, hookspecs
+from .errors import ServerError, Status
+from .registry import BackendRegistry, CacheRegistry, Registry, SchedulerRegistry
+from .sources import RepositorySource
+
+ENTRY_POINT_GROUP = "triton_serve"
+DISABLE_AUTOLOAD_ENV = "TRITON_SERVE_DISABLE_PLUGIN_AUTOLOAD"
+PLUGINS_ENV = "TRITON_SERVE_PLUGINS"
+
+# Registered first, so installed plugins (registered later, called earlier) can take over their names.
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("local_source", "triton_serve.builtins.local_source"),
+    ("passthrough_scheduler", "triton_serve.builtins.passthrough"),
+    ("local_cache", "triton_serve.builtins.local_cache"),
+)
+
+
+@dataclass
+class PluginInfo:
+    """What ``triton-serve plugins`` prints about one plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: list[str]
+
+
+class PluginHost:
+    """Owns the pluggy manager and the registries built from it.
+
+    ``blocked`` names plugins never to register (``--plugin no:NAME``); ``extra`` adds plugin
+    objects directly (tests, embedding). Entry points load unless ``TRITON_SERVE_DISABLE_PLUGIN_AUTOLOAD``
+    is set; ``TRITON_SERVE_PLUGINS=a,b`` loads only the named entry points.
+    """
+
+    def __init__(self, *, blocked: Iterable[str] = (), extra: Iterable[tuple[str, Any]] = ()) -> None:
+        self.pm = pluggy.PluginManager("triton_serve")
+        self.pm.add_hookspecs(hookspecs)
+        for name in blocked:
+            self.pm.set_blocked(name)
+        self._builtin_names = {name for name, _ in DEFAULT_PLUGINS}
+        for name, module in DEFAULT_PLUGINS:
+            if not self.pm.is_blocked(name):
+                self.pm.register(importlib.import_module(module), name=name)
+        self._load_entry_points()
+        for name, plugin in extra:
+            self.pm.register(plugin, name=name)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as error:
+            raise ServerError(f"plugin '{error.plugin}' is invalid: {error}", Status.INTERNAL) from error
+        self.backends = BackendRegistry()
+        self.schedulers = SchedulerRegistry()
+        self.caches = CacheRegistry()
+        self._register("tserve_register_backends", self.backends)
+        self._register("tserve_register_schedulers", self.schedulers)
+        self._register("tserve_register_caches", self.caches)
+
+    def _load_entry_points(self) -> None:
+        if os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip() not in ("", "0", "false"):
+            return
+        wanted = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
+        if not wanted:
+            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            return
+        available = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        for name in wanted:
+            if name not in available:
+                raise ServerError(f"{PLUGINS_ENV} names plugin '{name}', but no installed package provides it "
+                                  f"(installed: {', '.join(sorted(available)) or 'none'})", Status.NOT_FOUND)
+            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+
+    def _register(self, hook_name: str, registry: Registry[Any]) -> None:
+        # Call each implementation ourselves (in pluggy's order) so the registry knows who adds what.
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls()[::-1]:
+            registry.current_plugin = impl.plugin_name
+            registry.current_is_builtin = impl.plugin_name in self._builtin_names
+            impl.function(registry=registry)
+
+    def repository_source(self, location: str) -> RepositorySource:
+        """The source for one ``--model-repository`` location."""
+        source = self.pm.hook.tserve_repository_source(location=location)
+        if source is None:
+            raise ServerError(f"no repository-source plugin understands model repository '{location}'",
+                              Status.NOT_FOUND)
+        return source
+
+    def describe(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution, version and implemented hooks."""
+        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
+        infos = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            dist = dists.get(id(plugin))
+            if dist is not None:
+                dist_name, version = dist.metadata["name"], dist.version
+            elif name in self._builtin_names:
+                dist_name, version = "triton-serve (built-in)", __version__
+            else:
+                dist_name, version = "(registered directly)", ""
+            hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
+            infos.append(PluginInfo(name, dist_name, version, hooks))
+        return infos

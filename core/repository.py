@@ -1,0 +1,341 @@
+"""The model repository: finds models in every source, loads and unloads them, tracks version states."""
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from .config import apply_defaults, read_config
+from .config_validation import validate_config
+from .errors import ServerError, Status, not_found, unavailable
+from .pluginhost import PluginHost
+from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from .registry import install_hint
+from .scheduling import Scheduler
+from .sources import RepositorySource
+
+log = logging.getLogger(__name__)
+
+
+class VersionState(str, enum.Enum):
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass
+class ModelVersion:
+    """One version of a model: its state, and once READY its instances and scheduler."""
+
+    spec: ModelSpec
+    state: VersionState = VersionState.LOADING
+    reason: str = ""
+    instances: list[ModelInstance] = field(default_factory=list)
+    scheduler: Scheduler | None = None
+    labels: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        return self.spec.version
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.spec.config
+
+    def is_ready(self) -> bool:
+        return self.state is VersionState.READY and all(i.is_ready() for i in self.instances)
+
+
+@dataclass
+class Model:
+    """Everything known about one model name: its versions, or why it could not load at all."""
+
+    name: str
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    error: str = ""
+    wanted: bool = True  # False after an explicit unload: not counted for server readiness
+
+    def latest_ready(self) -> ModelVersion | None:
+        ready = [v for v in self.versions.values() if v.is_ready()]
+        return max(ready, key=lambda v: v.version) if ready else None
+
+    def is_ready(self) -> bool:
+        return not self.error and bool(self.versions) and all(v.is_ready() for v in self.versions.values())
+
+
+@dataclass
+class RepositoryOptions:
+    """Flags that change how models load (Triton's names)."""
+
+    strict_model_config: bool = False
+    disable_auto_complete_config: bool = False
+    model_config_name: str = ""
+
+
+def version_dirs(model_dir: Path) -> list[int]:
+    """Numeric version folders; names with a leading zero or non-digits are ignored, as in Triton."""
+    return sorted(int(p.name) for p in model_dir.iterdir()
+                  if p.is_dir() and p.name.isdigit() and not p.name.startswith("0"))
+
+
+def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
+    """The versions ``config.version_policy`` asks for, out of ``available`` (sorted ascending)."""
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "all":
+        return list(available)
+    if choice == "specific":
+        missing = sorted(set(policy.specific.versions) - set(available))
+        if missing:
+            raise ServerError(f"version_policy of model '{config.name}' asks for version(s) "
+                              f"{', '.join(map(str, missing))}, which have no version folder")
+        return sorted(set(policy.specific.versions))
+    count = policy.latest.num_versions or 1
+    return available[-count:]
+
+
+class ModelRepository:
+    """The one place that owns model lifecycle: index, load, unload, look-up for requests."""
+
+    def __init__(self, sources: list[RepositorySource], plugins: PluginHost,
+                 options: RepositoryOptions | None = None) -> None:
+        self.sources = sources
+        self.plugins = plugins
+        self.options = options or RepositoryOptions()
+        self.models: dict[str, Model] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- discovery ------------------------------------------------------------------------
+
+    def model_names(self) -> list[str]:
+        """Every model directory across all repositories."""
+        names: set[str] = set()
+        for source in self.sources:
+            names.update(source.list_models())
+        return sorted(names)
+
+    def _locate(self, name: str) -> Path:
+        found = [source for source in self.sources if name in source.list_models()]
+        if not found:
+            raise ServerError(f"failed to load '{name}', failed to poll from model repository")
+        if len(found) > 1:
+            raise ServerError(f"failed to load '{name}': it appears in more than one model repository ("
+                              + ", ".join(s.location for s in found) + ")")
+        return found[0].model_dir(name)
+
+    # ---- look-up for requests ---------------------------------------------------------------
+
+    def get_version(self, name: str, version: int | None = None) -> ModelVersion:
+        """The version a request goes to (the latest READY one when ``version`` is None)."""
+        model = self.models.get(name)
+        if model is None or (not model.versions and not model.error):
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version is None:
+            latest = model.latest_ready()
+            if latest is None:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            return latest
+        found = model.versions.get(version)
+        if found is None:
+            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+        if not found.is_ready():
+            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+        return found
+
+    def is_ready(self) -> bool:
+        """Every model that should be loaded is ready (Triton's strict readiness)."""
+        return all(model.is_ready() for model in self.models.values() if model.wanted)
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """Triton's repository index: one entry per model version, plus models never loaded."""
+        entries: list[dict[str, str]] = []
+        for name in self.model_names():
+            model = self.models.get(name)
+            if model is None:
+                if not ready_only:
+                    entries.append({"name": name})
+                continue
+            if model.error and not ready_only:
+                entries.append({"name": name, "state": VersionState.UNAVAILABLE.value, "reason": model.error})
+            for version in sorted(model.versions.values(), key=lambda v: v.version):
+                state = version.state if version.state is not VersionState.READY or version.is_ready() \
+                    else VersionState.UNAVAILABLE
+                if ready_only and state is not VersionState.READY:
+                    continue
+                entries.append({"name": name, "version": str(version.version), "state": state.value,
+                                "reason": version.reason if state is not VersionState.READY else ""})
+        return entries
+
+    # ---- load and unload --------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def load(self, name: str) -> Model:
+        """Load (or reload) every version the policy selects. Returns the model record, whose
+        ``error`` or per-version reasons say what failed; raises only for an unknown model."""
+        async with self._lock(name):
+            model_dir = self._locate(name)
+            previous = self.models.get(name)
+            model = Model(name)
+            try:
+                config, backend, versions = self._prepare(name, model_dir)
+            except ServerError as error:
+                model.error = error.message
+                log.error("failed to load model '%s': %s", name, error.message)
+                self.models[name] = model
+                if previous is not None:
+                    await self._unload_versions(previous)
+                return model
+            for number in versions:
+                spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
+                                 backend.default_model_filename)
+                model.versions[number] = ModelVersion(spec)
+            if previous is None:
+                self.models[name] = model
+            await asyncio.gather(*(self._load_version(backend, v) for v in model.versions.values()))
+            self.models[name] = model
+            if previous is not None:
+                await self._unload_versions(previous)
+            return model
+
+    def _prepare(self, name: str, model_dir: Path) -> tuple[ModelConfig, Backend, list[int]]:
+        """Read, auto-complete, default and validate the config; choose the backend and versions."""
+        config = read_config(model_dir, name, self.options.model_config_name)
+        available = version_dirs(model_dir)
+        auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
+        backends = self.plugins.backends
+        if not config.backend and not config.platform and auto_complete:
+            config.backend = self._guess_backend(model_dir, available)
+        if not config.backend and not config.platform:
+            raise ServerError(f"invalid model config for '{name}': backend: must specify 'platform' or "
+                              "'backend' (no installed backend recognizes a model file in the newest version)")
+        backend_name = self._wrap(name, lambda: backends.backend_name_for(config.backend, config.platform))
+        if not config.backend and config.platform != "ensemble":
+            config.backend = backend_name
+        backend = backends.instance(backend_name)
+        reason = backend.unavailable_reason()
+        if reason:
+            raise ServerError(f"failed to load '{name}': backend '{backend_name}' is unavailable: {reason}",
+                              Status.UNAVAILABLE)
+        if not available:
+            raise ServerError(f"failed to load '{name}': the model directory has no numeric version folder")
+        if auto_complete:
+            probe_version = (config.version_policy.specific.versions or available)[-1]
+            spec = ModelSpec(name, probe_version, config, model_dir, model_dir / str(probe_version),
+                             backend.default_model_filename)
+            self._wrap(name, lambda: backend.auto_complete_config(spec))
+        apply_defaults(config, name)
+        validate_config(config, model_dir)
+        kind = config.WhichOneof("scheduling_choice") or "default"
+        if self.plugins.schedulers.get(kind) is None:
+            raise ServerError(f"failed to load '{name}': no installed plugin provides the '{kind}' scheduler; "
+                              f"{install_hint(kind)}", Status.UNAVAILABLE)
+        versions = select_versions(config, available)
+        if not versions:
+            raise ServerError(f"failed to load '{name}': no version folder matches its version_policy")
+        return config, backend, versions
+
+    def _guess_backend(self, model_dir: Path, available: list[int]) -> str:
+        """A backend whose default model file is in the newest version folder, or ""."""
+        if not available:
+            return ""
+        files = {p.name for p in (model_dir / str(available[-1])).iterdir()}
+        for backend_name in self.plugins.backends.names():
+            filename = self.plugins.backends.get(backend_name).default_model_filename  # type: ignore[union-attr]
+            if filename and filename in files:
+                return backend_name
+        return ""
+
+    @staticmethod
+    def _wrap(name: str, call):  # type: ignore[no-untyped-def]
+        try:
+            return call()
+        except ServerError as error:
+            raise ServerError(f"failed to load '{name}': {error.message}", error.status) from None
+        except Exception as error:
+            raise ServerError(f"failed to load '{name}': {type(error).__name__}: {error}") from None
+
+    async def _load_version(self, backend: Backend, version: ModelVersion) -> None:
+        spec = version.spec
+        try:
+            version.labels = _read_labels(spec)
+            for instance_spec in instance_specs(spec.config):
+                version.instances.append(backend.create_instance(spec, instance_spec))
+            await asyncio.gather(*(instance.load() for instance in version.instances))
+            kind = spec.config.WhichOneof("scheduling_choice") or "default"
+            factory = self.plugins.schedulers.get(kind)
+            assert factory is not None
+            version.scheduler = factory(spec, version.instances)
+            await version.scheduler.start()
+        except Exception as error:
+            message = error.message if isinstance(error, ServerError) else f"{type(error).__name__}: {error}"
+            version.state, version.reason = VersionState.UNAVAILABLE, message
+            log.error("failed to load '%s' version %d: %s", spec.name, spec.version, message)
+            await _unload_instances(version.instances)
+            version.instances.clear()
+            return
+        version.state, version.reason = VersionState.READY, ""
+        log.info("loaded '%s' version %d (%d instance(s))", spec.name, spec.version, len(version.instances))
+
+    async def unload(self, name: str) -> None:
+        """Unload every version of ``name``; in-flight requests finish first."""
+        async with self._lock(name):
+            model = self.models.get(name)
+            if model is None:
+                self._locate(name)  # an unknown model is an error; a known, unloaded one is a no-op
+                self.models[name] = model = Model(name)
+            model.wanted = False
+            await self._unload_versions(model)
+
+    async def _unload_versions(self, model: Model) -> None:
+        await asyncio.gather(*(self._unload_version(v) for v in model.versions.values()))
+
+    @staticmethod
+    async def _unload_version(version: ModelVersion) -> None:
+        if version.state is not VersionState.READY:
+            if version.state is VersionState.UNAVAILABLE and not version.reason:
+                version.reason = "unloaded"
+            return
+        version.state = VersionState.UNLOADING
+        if version.scheduler is not None:
+            await version.scheduler.stop()
+        await _unload_instances(version.instances)
+        version.state, version.reason = VersionState.UNAVAILABLE, "unloaded"
+        log.info("unloaded '%s' version %d", version.spec.name, version.version)
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
+
+
+def instance_specs(config: ModelConfig) -> Iterable[InstanceSpec]:
+    """One InstanceSpec per instance: ``count`` per group, and per listed GPU for KIND_GPU groups."""
+    for group in config.instance_group:
+        kind = ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
+        devices = list(group.gpus) if group.kind == ModelInstanceGroup.KIND_GPU else [0]
+        index = 0
+        for device in devices:
+            for _ in range(group.count):
+                yield InstanceSpec(f"{group.name}_{index}", group, index, kind, device)
+                index += 1
+
+
+def _read_labels(spec: ModelSpec) -> dict[str, list[str]]:
+    labels = {}
+    for output in spec.config.output:
+        if output.label_filename:
+            text = (spec.model_dir / output.label_filename).read_text(encoding="utf-8")
+            labels[output.name] = text.splitlines()
+    return labels
+
+
+async def _unload_instances(instances: list[ModelInstance]) -> None:
+    results = await asyncio.gather(*(i.unload() for i in instances), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            log.error("error while unloading a model instance: %s", result)

@@ -1,0 +1,135 @@
+"""The server: wires plugins, repository, data plane and front-ends together and runs them on one loop."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from .dataplane import DataPlane
+from .errors import ServerError, Status
+from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
+from .pluginhost import PluginHost
+from .repository import ModelRepository, RepositoryOptions
+
+log = logging.getLogger("triton_serve")
+
+# Extensions the core serves itself; the list in server metadata holds only what works.
+CORE_EXTENSIONS = ["classification", "model_repository", "model_configuration", "binary_tensor_data",
+                   "parameters"]
+EXAMPLE_REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_repository"
+
+
+@dataclass
+class ServerOptions:
+    """Everything the CLI can set, with Triton's defaults (except ``exit_on_error``: see docs)."""
+
+    model_repositories: list[str] = field(default_factory=list)
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    allow_http: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_grpc: bool = True
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    allow_metrics: bool = True
+    exit_on_error: bool = False
+    strict_readiness: bool = True
+    strict_model_config: bool = False
+    disable_auto_complete_config: bool = False
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)
+    model_config_name: str = ""
+    http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    cache_config: tuple[str, dict[str, str]] | None = None
+    blocked_plugins: list[str] = field(default_factory=list)
+    extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
+
+
+class Server:
+    """One running triton-serve: ``await start()``, then ``await wait_stopped()`` or ``await stop()``."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.plugins = PluginHost(blocked=options.blocked_plugins, extra=options.extra_plugins)
+        self.plugins.backends.options = options.backend_config
+        locations = options.model_repositories or [str(EXAMPLE_REPOSITORY)]
+        sources = [self.plugins.repository_source(location) for location in locations]
+        self.repository = ModelRepository(sources, self.plugins, RepositoryOptions(
+            strict_model_config=options.strict_model_config,
+            disable_auto_complete_config=options.disable_auto_complete_config,
+            model_config_name=options.model_config_name))
+        self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
+                                   extensions=list(CORE_EXTENSIONS), cache=self._make_cache(),
+                                   control_mode=options.model_control_mode)
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _make_cache(self):  # type: ignore[no-untyped-def]
+        if self.options.cache_config is None:
+            return None
+        name, cache_options = self.options.cache_config
+        factory = self.plugins.caches.get(name)
+        if factory is None:
+            raise ServerError(f"--cache-config names cache '{name}', which no installed plugin provides "
+                              f"(available: {', '.join(self.plugins.caches.names()) or 'none'})", Status.NOT_FOUND)
+        return factory(cache_options)
+
+    async def start(self) -> None:
+        """Load the models the control mode asks for, then open the front-ends."""
+        await self._load_initial_models()
+        if self.options.allow_http:
+            app = HttpFrontend(self.dataplane, self.options.http_max_input_size).app()
+            self._tasks.append(asyncio.create_task(self._serve_http(app)))
+
+    async def _load_initial_models(self) -> None:
+        mode = self.options.model_control_mode
+        if mode == "explicit":
+            wanted = self.options.load_models
+            names = self.repository.model_names() if "*" in wanted else wanted
+        elif mode == "none":
+            names = self.repository.model_names()
+        else:
+            raise ServerError(f"--model-control-mode={mode} is not supported; use none or explicit")
+        models = await asyncio.gather(*(self.repository.load(name) for name in names))
+        failed = [m.name for m in models if not m.is_ready()]
+        if failed:
+            log.error("model(s) failed to load: %s", ", ".join(failed))
+            if self.options.exit_on_error:
+                await self.repository.shutdown()
+                raise ServerError(f"exiting because model(s) failed to load (--exit-on-error): "
+                                  f"{', '.join(failed)}", Status.UNAVAILABLE)
+
+    async def _serve_http(self, app: Any) -> None:
+        config = HypercornConfig()
+        config.bind = [f"{self.options.http_address}:{self.options.http_port}"]
+        config.accesslog = None
+        config.graceful_timeout = 30.0
+        config.keep_alive_timeout = 75.0
+        await serve(app, config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (signal handlers call this): readiness turns false at once."""
+        self.dataplane.accepting = False
+        self._stopping.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish, unload every model."""
+        self.request_stop()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.repository.shutdown()
+        self.dataplane.live = False
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopping.wait()
+        if not self._stopped.is_set():
+            await self.stop()

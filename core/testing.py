@@ -1,0 +1,178 @@
+"""Pytest plugin for triton-serve and its plugin authors: toy backends and an in-process server.
+
+Installed through the ``pytest11`` entry point. Fixtures:
+
+- ``tserve``: a factory; ``tserve(repo_path, **ServerOptions fields)`` starts a server on free
+  ports in a background thread and returns a RunningServer (``.http_url``, ``.grpc_url``); it stops
+  at teardown.
+- ``toy_plugin``: the toy backends below, as a plugin object to pass in ``extra_plugins``.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from .errors import ServerError, Status
+from .hookspecs import hookimpl
+from .inference import InferenceRequest, InferenceResponse, Tensor
+from .registry import BackendRegistry
+from .server import Server, ServerOptions
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---- toy backends ----------------------------------------------------------------------------
+
+class _ToyInstance(ModelInstance):
+    def __init__(self, model: ModelSpec, run: Callable[[ModelSpec, InferenceRequest], InferenceResponse | None]):
+        self.model = model
+        self.run = run
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
+        delay = float(self.model.config.parameters["delay_s"].string_value or 0) \
+            if "delay_s" in self.model.config.parameters else 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        results = [self.run(self.model, request) for request in requests]
+        return None if any(r is None for r in results) else results  # type: ignore[return-value]
+
+
+def _identity(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
+    """OUTPUTn = INPUTn (or each output named like its input with OUTPUT for INPUT)."""
+    return InferenceResponse([Tensor(t.name.replace("INPUT", "OUTPUT"), t.datatype, t.shape, t.data)
+                              for t in request.inputs.values()])
+
+
+def _add_sub(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
+    a, b = request.inputs["INPUT0"], request.inputs["INPUT1"]
+    return InferenceResponse([Tensor("OUTPUT0", a.datatype, a.shape, a.data + b.data),
+                              Tensor("OUTPUT1", a.datatype, a.shape, a.data - b.data)])
+
+
+def _error(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
+    raise ServerError(f"toy_error model '{model.name}' always fails", Status.INTERNAL)
+
+
+def _repeat(model: ModelSpec, request: InferenceRequest) -> None:
+    """Decoupled: one response per element of INPUT0 (INT32 count), then the final flag."""
+    count = int(request.inputs["INPUT0"].data.ravel()[0])
+    for i in range(count):
+        request.send(InferenceResponse([Tensor("OUTPUT0", "INT32", (1,), np.array([i], dtype=np.int32))]),
+                     final=False)
+    request.send(None, final=True)
+    return None
+
+
+class ToyBackend(Backend):
+    run: Callable[[ModelSpec, InferenceRequest], InferenceResponse | None]
+
+    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
+        if "fail_load" in model.config.parameters:
+            raise ServerError(f"toy model '{model.name}' was told to fail loading")
+        return _ToyInstance(model, type(self).run)
+
+
+def _toy(name: str, run: Callable[..., Any], platforms: tuple[str, ...] = ()) -> type[Backend]:
+    return type(f"Toy_{name}", (ToyBackend,), {"name": name, "run": staticmethod(run), "platforms": platforms,
+                                                "default_model_filename": f"{name}.toy"})
+
+
+TOY_BACKENDS = (_toy("toy_identity", _identity, ("toy_identity_platform",)), _toy("toy_add_sub", _add_sub),
+                _toy("toy_error", _error), _toy("toy_repeat", _repeat))
+
+
+class ToyBackendsPlugin:
+    """Registers the toy backends: toy_identity, toy_add_sub, toy_error and toy_repeat (decoupled)."""
+
+    @hookimpl
+    def tserve_register_backends(self, registry: BackendRegistry) -> None:
+        for backend in TOY_BACKENDS:
+            registry.add(backend)
+
+
+# ---- an in-process server ----------------------------------------------------------------------
+
+class RunningServer:
+    """A Server on its own event loop in a background thread."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="triton-serve", daemon=True)
+        self.thread.start()
+        self.server: Server = self.call(self._create)
+        self.call(self.server.start)
+        self._wait_listening(options.http_port if options.allow_http else None)
+
+    async def _create(self) -> Server:
+        return Server(self.options)
+
+    def call(self, make_coro: Callable[[], Any], timeout: float = 120) -> Any:
+        """Run a coroutine on the server's loop and return its result."""
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(make_coro(), self.loop)
+        return future.result(timeout)
+
+    def _wait_listening(self, port: int | None) -> None:
+        if port is None:
+            return
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.02)
+        raise RuntimeError(f"triton-serve did not listen on port {port}")
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.options.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.options.grpc_port}"
+
+    def stop(self) -> None:
+        try:
+            self.call(self.server.stop)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+@pytest.fixture
+def toy_plugin() -> ToyBackendsPlugin:
+    return ToyBackendsPlugin()
+
+
+@pytest.fixture
+def tserve() -> Iterator[Callable[..., RunningServer]]:
+    started: list[RunningServer] = []
+
+    def start(*repositories: str | Path, **options: Any) -> RunningServer:
+        options.setdefault("http_port", free_port())
+        options.setdefault("grpc_port", free_port())
+        options.setdefault("metrics_port", free_port())
+        for key in ("http_address", "grpc_address", "metrics_address"):
+            options.setdefault(key, "127.0.0.1")
+        running = RunningServer(ServerOptions(model_repositories=[str(r) for r in repositories], **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
