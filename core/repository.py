@@ -119,14 +119,12 @@ class ModelRepository:
             names.update(source.list_models())
         return sorted(names)
 
-    def _locate(self, name: str) -> Path:
+    def _locate(self, name: str) -> list[RepositorySource]:
+        """The sources holding ``name``; an unknown model is an error."""
         found = [source for source in self.sources if name in source.list_models()]
         if not found:
             raise ServerError(f"failed to load '{name}', failed to poll from model repository")
-        if len(found) > 1:
-            raise ServerError(f"failed to load '{name}': it appears in more than one model repository ("
-                              + ", ".join(s.location for s in found) + ")")
-        return found[0].model_dir(name)
+        return found
 
     # ---- look-up for requests ---------------------------------------------------------------
 
@@ -180,11 +178,16 @@ class ModelRepository:
         """Load (or reload) every version the policy selects. Returns the model record, whose
         ``error`` or per-version reasons say what failed; raises only for an unknown model."""
         async with self._lock(name):
-            model_dir = self._locate(name)
+            sources = self._locate(name)
             previous = self.models.get(name)
             model = Model(name)
+            model_dir = sources[0].model_dir(name)
             try:
-                config, backend, versions = self._prepare(name, model_dir)
+                if len(sources) > 1:
+                    raise ServerError(f"failed to load '{name}': it appears in more than one model repository ("
+                                      + ", ".join(s.location for s in sources) + ")")
+                # file reads and auto-complete may block: keep them off the event loop
+                config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir)
             except ServerError as error:
                 model.error = error.message
                 log.error("failed to load model '%s': %s", name, error.message)

@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
 from .errors import ServerError, Status
 from .hookspecs import hookimpl
 from .inference import InferenceRequest, InferenceResponse, Tensor
+from .protos.model_config_pb2 import ModelConfig
 from .registry import BackendRegistry
 from .server import Server, ServerOptions
 
@@ -78,7 +80,20 @@ def _repeat(model: ModelSpec, request: InferenceRequest) -> None:
 
 
 class ToyBackend(Backend):
+    """A toy backend; its auto-complete merges the model file (ModelConfig text) into unset fields."""
+
     run: Callable[[ModelSpec, InferenceRequest], InferenceResponse | None]
+
+    def auto_complete_config(self, model: ModelSpec) -> None:
+        if not model.model_file.is_file():
+            return
+        found = text_format.Parse(model.model_file.read_text(), ModelConfig())
+        if not model.config.input:
+            model.config.input.extend(found.input)
+        if not model.config.output:
+            model.config.output.extend(found.output)
+        if model.config.max_batch_size == 0:
+            model.config.max_batch_size = found.max_batch_size
 
     def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
         if "fail_load" in model.config.parameters:

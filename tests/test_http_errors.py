@@ -1,0 +1,145 @@
+"""Bad HTTP input gets Triton's status and a message naming what is wrong; the server keeps serving."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from .conftest import ADD_SUB
+
+
+@pytest.fixture
+def url(add_model, toy_server) -> str:  # type: ignore[no-untyped-def]
+    add_model("add_sub", ADD_SUB)
+    add_model("failing", ADD_SUB.replace("toy_add_sub", "toy_error"))
+    add_model("broken", ADD_SUB + 'parameters { key: "fail_load" value { string_value: "1" } }')
+    add_model("stream", ADD_SUB.replace("toy_add_sub", "toy_repeat") + "model_transaction_policy { decoupled: true }")
+    server = toy_server(http_max_input_size=4096)
+    yield f"http://{server.http_url}"
+    # whatever came before, the server still answers correctly
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    assert client.infer("add_sub", inputs).as_numpy("OUTPUT0").tolist() == [[2] * 16]
+
+
+def tensor(name: str = "INPUT0", shape: list[int] | None = None, datatype: str = "INT32",
+           data: object = None) -> dict[str, object]:
+    shape = shape if shape is not None else [1, 16]
+    count = int(np.prod(shape))
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data if data is not None else [1] * count}
+
+
+def post(url: str, path: str, body: object = None, content: bytes | None = None,
+         headers: dict[str, str] | None = None) -> httpx.Response:
+    if content is None:
+        content = json.dumps(body).encode()
+    return httpx.post(url + path, content=content, headers=headers or {})
+
+
+def assert_error(response: httpx.Response, status: int, message: str) -> None:
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]
+
+
+JSON_CASES = [
+    ({"inputs": [tensor(), tensor("INPUT1", [1, 15])]}, 400,
+     "unexpected shape for input 'INPUT1' for model 'add_sub'. Expected [-1, 16], got [1, 15]"),
+    ({"inputs": [tensor(), tensor("INPUT1", datatype="FP32", data=[1.0] * 16)]}, 400,
+     "inference input 'INPUT1' data-type is 'FP32', but model 'add_sub' expects 'INT32'"),
+    ({"inputs": [tensor()]}, 400, "missing required input(s) ['INPUT1']"),
+    ({"inputs": [tensor(), tensor(), tensor("INPUT1")]}, 400, "input 'INPUT0' is specified more than once"),
+    ({"inputs": [tensor(), tensor("INPUT1"), tensor("INPUT9")]}, 400,
+     "unexpected inference input 'INPUT9' for model 'add_sub'"),
+    ({"inputs": [tensor(shape=[9, 16]), tensor("INPUT1", [9, 16])]}, 400,
+     "inference request batch-size must be <= 8 for 'add_sub'"),
+    ({"inputs": [tensor(), tensor("INPUT1", data=[1] * 15)]}, 400, "Unable to parse 'data' of input 'INPUT1'"),
+    ({"inputs": [tensor(), tensor("INPUT1", data=["x"] * 16)]}, 400, "INT32 elements must be numbers"),
+    ({"inputs": [tensor(), tensor("INPUT1", shape=[1, -16])]}, 400, "dims must be non-negative"),
+    ({"inputs": [tensor(), tensor("INPUT1", datatype="FLOAT")]}, 400, "invalid datatype 'FLOAT' for input 'INPUT1'"),
+    ({"inputs": [tensor(), {**tensor("INPUT1"), "parameters": {"binary_data_size": 64}}]}, 400,
+     "Input must set only one of the following fields"),
+    ({"inputs": [tensor(), {**tensor("INPUT1"), "data": None, "parameters": {"shared_memory_region": "r"}}]},
+     400, "Unable to find system shared memory region: 'r'"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "outputs": [{"name": "OUTPUT7"}]}, 400,
+     "unexpected inference output 'OUTPUT7' for model 'add_sub'"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"triton_x": 1}}, 400,
+     "parameter keys starting with 'triton_' are reserved"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"priority": "high"}}, 400,
+     "priority must be an unsigned integer"),
+    ({"inputs": "nope"}, 400, "request JSON must contain an 'inputs' array"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "message"), JSON_CASES, ids=[c[2][:50] for c in JSON_CASES])
+def test_bad_json_requests(url: str, body: object, status: int, message: str) -> None:
+    if isinstance(body, dict) and isinstance(body.get("inputs"), list):
+        for item in body["inputs"]:
+            if item.get("data") is None:
+                item.pop("data")
+    assert_error(post(url, "/v2/models/add_sub/infer", body), status, message)
+
+
+def test_malformed_json(url: str) -> None:
+    assert_error(post(url, "/v2/models/add_sub/infer", content=b'{"inputs": ['), 400,
+                 "failed to parse the request JSON buffer")
+
+
+def binary_request(sizes: list[int], blob: bytes, header_length: str | None = None) -> tuple[bytes, dict[str, str]]:
+    header = json.dumps({"inputs": [
+        {"name": f"INPUT{i}", "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": size}}
+        for i, size in enumerate(sizes)]}).encode()
+    length = str(len(header)) if header_length is None else header_length
+    return header + blob, {"Inference-Header-Content-Length": length}
+
+
+@pytest.mark.parametrize(("sizes", "blob_size", "header_length", "message"), [
+    ([64, 64], 64, None, "unexpected size for input 'INPUT1', expecting 64 additional bytes for model 'add_sub'"),
+    ([64, 64], 192, None, "unexpected additional input data for model 'add_sub'"),
+    ([64, 60], 124, None, "input byte size mismatch for input 'INPUT1' for model 'add_sub'. Expected 64, got 60"),
+    ([64, 64], 128, "-5", "inference header size should be in range (0, "),
+    ([64, 64], 128, "999999", "inference header size should be in range (0, "),
+    ([64, 64], 128, "abc", "Inference-Header-Content-Length must be an integer"),
+])
+def test_bad_binary_requests(url: str, sizes: list[int], blob_size: int, header_length: str | None,
+                             message: str) -> None:
+    content, headers = binary_request(sizes, bytes(blob_size), header_length)
+    assert_error(post(url, "/v2/models/add_sub/infer", content=content, headers=headers), 400, message)
+
+
+def test_body_over_the_size_limit(url: str) -> None:
+    assert_error(post(url, "/v2/models/add_sub/infer", content=b" " * 5000), 400,
+                 "exceeds the maximum input size of 4096 bytes")
+    bomb = gzip.compress(b" " * 100_000)
+    assert_error(post(url, "/v2/models/add_sub/infer", content=bomb, headers={"Content-Encoding": "gzip"}), 400,
+                 "exceeds the maximum input size")
+
+
+def test_unknown_model_and_version(url: str) -> None:
+    body = {"inputs": [tensor(), tensor("INPUT1")]}
+    assert_error(post(url, "/v2/models/nope/infer", body), 404, "Request for unknown model: 'nope' is not found")
+    assert_error(post(url, "/v2/models/add_sub/versions/3/infer", body), 404,
+                 "Request for unknown model: 'add_sub' version 3 is not found")
+    assert_error(httpx.get(url + "/v2/models/nope"), 404, "'nope' is not found")
+    assert_error(httpx.get(url + "/v2/models/nope/config"), 404, "'nope' is not found")
+    assert_error(httpx.get(url + "/v2/models/nope/ready"), 400, "Model version not ready")
+
+
+def test_failed_model_and_model_errors(url: str) -> None:
+    body = {"inputs": [tensor(), tensor("INPUT1")]}
+    assert_error(post(url, "/v2/models/broken/infer", body), 404, "'broken' has no available versions")
+    assert_error(post(url, "/v2/models/failing/infer", body), 500, "toy_error model 'failing' always fails")
+    assert_error(post(url, "/v2/models/stream/infer", body), 501,
+                 "HTTP end point doesn't support models with decoupled transaction policy")
+
+
+def test_routing_errors(url: str) -> None:
+    assert_error(httpx.get(url + "/v2/nothing/here"), 404, "Not Found")
+    assert_error(httpx.get(url + "/v2/models/add_sub/infer"), 405, "Method Not Allowed")
+    assert_error(post(url, "/v2/repository/other/index", {}), 501,
+                 "'repository_name' specification is not supported")
