@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
 
 from .errors import ServerError
+from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .pluginhost import PluginHost
 from .server import Server, ServerOptions
 
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         flag(f"--{proto}-port", type=int, default=port)
         flag(f"--{proto}-address", default="0.0.0.0")
         flag(f"--allow-{proto}", type=_bool, nargs="?", const=True, default=True)
+    _add_grpc_flags(parser)
     flag("--model-control-mode", choices=["none", "explicit"], default="none")
     flag("--load-model", dest="load_models", action="append", default=[],
          help="model to load at start-up in explicit mode ('*' for all; repeatable)")
@@ -63,6 +66,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_grpc_flags(parser: argparse.ArgumentParser) -> None:
+    """Triton's gRPC flags beyond port and address (times in milliseconds)."""
+    flag = parser.add_argument
+    defaults = GrpcOptions()
+    for name in ("use-ssl", "use-ssl-mutual", "keepalive-permit-without-calls"):
+        flag(f"--grpc-{name}", type=_bool, nargs="?", const=True, default=getattr(defaults, name.replace("-", "_")))
+    for name in ("server-cert", "server-key", "root-cert"):
+        flag(f"--grpc-{name}", default="", help="PEM file")
+    flag("--grpc-infer-response-compression-level", choices=list(COMPRESSION_LEVELS), default="none")
+    for name in ("keepalive-time", "keepalive-timeout", "http2-max-pings-without-data",
+                 "http2-min-recv-ping-interval-without-data", "http2-max-ping-strikes", "max-connection-age",
+                 "max-connection-age-grace"):
+        flag(f"--grpc-{name}", type=int, default=getattr(defaults, name.replace("-", "_")))
+
+
+def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
+    """Each GrpcOptions field from its --grpc-<field> flag (max_message_size has no flag)."""
+    return GrpcOptions(**{f.name: getattr(args, f"grpc_{f.name}") for f in dataclasses.fields(GrpcOptions)
+                          if f.name != "max_message_size"})
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     blocked = []
     for item in args.plugins:
@@ -76,6 +100,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_repositories=args.model_repositories,
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
+        grpc_options=_grpc_options(args),
         metrics_address=args.metrics_address, metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
         exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
         strict_model_config=args.strict_model_config,

@@ -12,6 +12,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from .dataplane import DataPlane
 from .errors import ServerError, Status
+from .grpc_frontend.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .pluginhost import PluginHost
 from .repository import ModelRepository, RepositoryOptions
@@ -35,6 +36,7 @@ class ServerOptions:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_grpc: bool = True
+    grpc_options: GrpcOptions = field(default_factory=GrpcOptions)
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
     allow_metrics: bool = True
@@ -85,6 +87,11 @@ class Server:
     async def start(self) -> None:
         """Load the models the control mode asks for, then open the front-ends."""
         await self._load_initial_models()
+        if self.options.allow_grpc:
+            grpc_frontend = GrpcFrontend(self.dataplane, self.options.grpc_address, self.options.grpc_port,
+                                         self.options.grpc_options)
+            await grpc_frontend.start()
+            self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
         if self.options.allow_http:
             app = HttpFrontend(self.dataplane, self.options.http_max_input_size).app()
             self._tasks.append(asyncio.create_task(self._serve_http(app)))
@@ -114,6 +121,10 @@ class Server:
         config.graceful_timeout = 30.0
         config.keep_alive_timeout = 75.0
         await serve(app, config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
+
+    async def _serve_grpc(self, frontend: GrpcFrontend) -> None:
+        await self._stopping.wait()
+        await frontend.stop()
 
     def request_stop(self) -> None:
         """Begin a graceful stop (signal handlers call this): readiness turns false at once."""

@@ -6,42 +6,13 @@ import json
 import struct
 
 import httpx
-import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from .conftest import ADD_SUB
-
-DATATYPES = {
-    "BOOL": np.array([True, False, True]),
-    "INT8": np.array([-128, 0, 127], dtype=np.int8),
-    "INT16": np.array([-32768, 1, 32767], dtype=np.int16),
-    "INT32": np.array([-2**31, 2, 2**31 - 1], dtype=np.int32),
-    "INT64": np.array([-2**63, 3, 2**63 - 1], dtype=np.int64),
-    "UINT8": np.array([0, 1, 255], dtype=np.uint8),
-    "UINT16": np.array([0, 2, 65535], dtype=np.uint16),
-    "UINT32": np.array([0, 3, 2**32 - 1], dtype=np.uint32),
-    "UINT64": np.array([0, 4, 2**64 - 1], dtype=np.uint64),
-    "FP16": np.array([-1.5, 0.25, 65504], dtype=np.float16),
-    "FP32": np.array([-1.5, 3.25e-8, 3.4e38], dtype=np.float32),
-    "FP64": np.array([-1.5, 1e-300, 1.7e308], dtype=np.float64),
-    "BF16": np.array([1.0, -2.5, 256.0], dtype=ml_dtypes.bfloat16),
-    "BYTES": np.array([b"hello", b"", "ünï".encode()], dtype=np.object_),
-}
-CONFIG_TYPE = {"BYTES": "TYPE_STRING"}
-
-
-def every_datatype_config() -> str:
-    lines = ['backend: "toy_identity"', "max_batch_size: 0"]
-    for name in DATATYPES:
-        config_type = CONFIG_TYPE.get(name, f"TYPE_{name}")
-        lines.append(f'input {{ name: "INPUT_{name}" data_type: {config_type} dims: [ -1 ] optional: true }}')
-        lines.append(f'output {{ name: "OUTPUT_{name}" data_type: {config_type} dims: [ -1 ] }}')
-    return "\n".join(lines)
-
+from .conftest import ADD_SUB, DATATYPES, every_datatype_config
 
 @pytest.fixture
 def client(add_model, toy_server):  # type: ignore[no-untyped-def]

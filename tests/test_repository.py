@@ -7,7 +7,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from .conftest import ADD_SUB
+from .conftest import ADD_SUB, write_model
 
 IDENTITY = """
 backend: "toy_identity"
@@ -83,8 +83,6 @@ def test_strict_readiness_off_ignores_failed_models(add_model, toy_server) -> No
 
 
 def test_several_repositories(tmp_path, tserve, toy_plugin) -> None:  # type: ignore[no-untyped-def]
-    from .conftest import write_model
-
     write_model(tmp_path / "a", "one", IDENTITY)
     write_model(tmp_path / "b", "two", IDENTITY)
     write_model(tmp_path / "b", "one", IDENTITY)

@@ -1,0 +1,186 @@
+"""ModelInferRequest -> InferenceRequest, InferenceResponse -> ModelInferResponse, and parameter maps."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..datatypes import BY_NAME, DataType, deserialize_bytes, element_count, to_wire_bytes
+from ..errors import ServerError, unsupported
+from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
+
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
+_INT64_MAX = 2**63 - 1
+
+# Which typed ``contents`` field carries each datatype, and the datatype that field holds on its own
+# (Triton narrows int_contents to INT8/INT16 and uint_contents to UINT8/UINT16). FP16 and BF16 have none.
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+_FIELD_DATATYPE = {
+    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64", "uint_contents": "UINT32",
+    "uint64_contents": "UINT64", "fp32_contents": "FP32", "fp64_contents": "FP64", "bytes_contents": "BYTES",
+}
+
+
+def parse_version(text: str) -> int | None:
+    """gRPC carries versions as strings; "" means the latest ready version."""
+    if not text:
+        return None
+    try:
+        version = int(text)
+    except ValueError:
+        raise ServerError(f"failed to get model version from specified version string '{text}', "
+                          "version should be an integral value > 0") from None
+    if version < 0:
+        raise ServerError(f"invalid model version specified '{text}' , version should be an integral value > 0")
+    return version
+
+
+def params_from_proto(params: Mapping[str, Any]) -> Parameters:
+    """An InferParameter or ModelRepositoryParameter map as plain Python values."""
+    values: Parameters = {}
+    for key, param in params.items():
+        choice = param.WhichOneof("parameter_choice")
+        if choice is None:
+            raise ServerError(f"parameter '{key}' has no value set")
+        values[key] = getattr(param, choice)
+    return values
+
+
+def params_to_proto(values: Parameters, params: Any) -> None:
+    """Write Python values into an InferParameter map: bool, int (uint64 above int64), str, float."""
+    for key, value in values.items():
+        param: InferParameter = params[key]
+        if isinstance(value, (bool, np.bool_)):
+            param.bool_param = bool(value)
+        elif isinstance(value, (int, np.integer)):
+            if value > _INT64_MAX:
+                param.uint64_param = int(value)
+            else:
+                param.int64_param = int(value)
+        elif isinstance(value, str):
+            param.string_param = value
+        elif isinstance(value, (float, np.floating)):
+            param.double_param = float(value)
+        else:
+            raise unsupported(f"Response parameter '{key}' of type '{type(value).__name__}' is not supported")
+
+
+def _request_parameters(params: Mapping[str, InferParameter]) -> Parameters:
+    values = params_from_proto(params)
+    for key in [k for k in values if k.startswith("triton_")]:
+        if key != EMPTY_FINAL_RESPONSE:
+            raise ServerError("parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+                              f"following keys starting with 'triton_' are allowed: {EMPTY_FINAL_RESPONSE}")
+        if not isinstance(values.pop(key), bool):
+            raise ServerError(f"invalid value type for '{key}' parameter, expected bool_param.")
+    return values
+
+
+def wants_empty_final_response(message: ModelInferRequest) -> bool:
+    """Whether a stream request asked for an empty final response from a decoupled model."""
+    param = message.parameters.get(EMPTY_FINAL_RESPONSE)
+    return param is not None and param.bool_param
+
+
+def decode_request(message: ModelInferRequest) -> InferenceRequest:
+    """Build an InferenceRequest; input data comes from ``raw_input_contents`` or typed ``contents``."""
+    model = message.model_name
+    raw = message.raw_input_contents
+    raw_count = len(raw)
+    inputs: dict[str, Tensor] = {}
+    used = 0
+    for tensor in message.inputs:
+        name = tensor.name
+        dt = BY_NAME.get(tensor.datatype)
+        if dt is None:
+            raise ServerError(f"invalid datatype '{tensor.datatype}' for input '{name}' of model '{model}'")
+        shape = tuple(tensor.shape)
+        if shape and min(shape) < 0:
+            raise ServerError(f"shape {list(shape)} of input '{name}' for model '{model}' has negative dims")
+        if tensor.parameters and "shared_memory_region" in tensor.parameters:
+            raise ServerError(f"Unable to find system shared memory region: "
+                              f"'{tensor.parameters['shared_memory_region'].string_param}'")
+        if tensor.HasField("contents"):
+            if raw_count:
+                raise ServerError(f"contents field must not be specified when using raw_input_contents for "
+                                  f"'{name}' for model '{model}'")
+            array = _typed_array(model, name, dt, shape, tensor.contents)
+        elif used < raw_count:
+            array = _raw_array(model, name, dt, shape, raw[used])
+            used += 1
+        else:
+            raise ServerError(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
+        if name in inputs:
+            raise ServerError(f"input '{name}' is specified more than once for model '{model}'")
+        inputs[name] = Tensor(name, dt.name, shape, array)
+    if used != raw_count:
+        raise ServerError(f"unexpected additional input data for model '{model}': {raw_count} "
+                          f"raw_input_contents for {used} input(s) without typed contents")
+    outputs = [RequestedOutput(o.name, params_from_proto(o.parameters) if o.parameters else {})
+               for o in message.outputs]
+    parameters = _request_parameters(message.parameters) if message.parameters else {}
+    return InferenceRequest(model, parse_version(message.model_version), id=message.id, inputs=inputs,
+                            outputs=outputs, parameters=parameters)
+
+
+def _raw_array(model: str, name: str, dt: DataType, shape: tuple[int, ...], data: bytes) -> np.ndarray:
+    if dt.itemsize == 0:  # BYTES: 4-byte length prefixes
+        try:
+            return deserialize_bytes(data, element_count(shape)).reshape(shape)
+        except ValueError as error:
+            raise ServerError(f"invalid BYTES data for input '{name}' for model '{model}': {error}") from None
+    expected = element_count(shape) * dt.itemsize
+    if len(data) != expected:
+        raise ServerError(f"input byte size mismatch for input '{name}' for model '{model}'. "
+                          f"Expected {expected}, got {len(data)}")
+    return np.frombuffer(data, dtype=dt.numpy).reshape(shape)
+
+
+def _typed_array(model: str, name: str, dt: DataType, shape: tuple[int, ...],
+                 contents: InferTensorContents) -> np.ndarray:
+    present = contents.ListFields()
+    if len(present) > 1:
+        raise ServerError(f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', "
+                          "binary data was already supplied.")
+    if not present:
+        array = np.empty(0, dtype=dt.numpy)
+    else:
+        field, values = present[0]
+        if field.name != _CONTENTS_FIELD.get(dt.name):
+            raise ServerError(f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' "
+                              f"of type '{_FIELD_DATATYPE[field.name]}', expected datatype '{dt.name}'")
+        if dt.name == "BYTES":
+            array = np.empty(len(values), dtype=np.object_)
+            array[:] = list(values)
+        else:
+            array = np.array(values, dtype=BY_NAME[_FIELD_DATATYPE[field.name]].numpy).astype(dt.numpy, copy=False)
+    count = element_count(shape)
+    if array.size != count:
+        if dt.name == "BYTES":
+            raise ServerError(f"expected {count} string elements for inference input '{name}' for model "
+                              f"'{model}', got {array.size}")
+        raise ServerError(f"input byte size mismatch for input '{name}' for model '{model}'. "
+                          f"Expected {count * dt.itemsize}, got {array.size * dt.itemsize}")
+    return array.reshape(shape)
+
+
+def encode_response(response: InferenceResponse, request: InferenceRequest, message: ModelInferResponse) -> None:
+    """Fill ``message``: one ``raw_output_contents`` entry per output, in output order (tritonclient reads
+    only those)."""
+    message.model_name = request.model_name
+    message.model_version = str(request.model_version)
+    message.id = request.id
+    outputs = message.outputs
+    raw = message.raw_output_contents
+    for tensor in response.outputs:
+        outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        raw.append(to_wire_bytes(tensor.datatype, tensor.data))
+    if response.parameters:
+        params_to_proto(response.parameters, message.parameters)
