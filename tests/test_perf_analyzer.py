@@ -1,0 +1,40 @@
+"""perf_analyzer, NVIDIA's load generator, runs against triton-serve unchanged (a smoke check, not a benchmark)."""
+from __future__ import annotations
+
+import csv
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import ADD_SUB
+
+PERF_ANALYZER = Path(__file__).parents[1] / "scripts" / "perf_analyzer"
+
+
+def _perf_analyzer_works() -> str | None:
+    try:
+        done = subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"perf_analyzer cannot run: {error}"
+    return None if done.returncode == 0 else "perf_analyzer is not installed (run scripts/install.sh)"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_completes_without_errors(protocol: str, add_model, toy_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    reason = _perf_analyzer_works()
+    if reason:
+        pytest.skip(reason)
+    add_model("add_sub", ADD_SUB)
+    server = toy_server()
+    url = server.http_url if protocol == "http" else server.grpc_url
+    report = tmp_path / "report.csv"
+    done = subprocess.run(
+        [str(PERF_ANALYZER), "-m", "add_sub", "-u", url, "-i", protocol, "--concurrency-range", "2:2",
+         "--measurement-interval", "500", "--max-trials", "3", "--stability-percentage", "50",
+         "-f", str(report)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with report.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and float(rows[0]["Inferences/Second"]) > 0
+    assert "error" not in (done.stdout + done.stderr).lower()
