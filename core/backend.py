@@ -69,6 +69,10 @@ class ModelInstance(ABC):
         """Whether this instance can serve now. A model version is ready only if all its instances are."""
         return True
 
+    def not_ready_reason(self) -> str:
+        """Why ``is_ready()`` is False (shown in the repository index and in request errors)."""
+        return "instance is not ready"
+
 
 class Backend(ABC):
     """A framework backend: registered under ``name`` and Triton ``platforms``; makes model instances.

@@ -72,7 +72,7 @@ def serialize_bytes(array: np.ndarray) -> bytes:
     """Encode a BYTES tensor as 4-byte little-endian lengths each followed by the bytes."""
     parts: list[bytes] = []
     for item in array.ravel(order="C"):
-        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        data = bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else str(item).encode("utf-8")
         parts.append(struct.pack("<I", len(data)))
         parts.append(data)
     return b"".join(parts)

@@ -50,6 +50,12 @@ class ModelVersion:
     def is_ready(self) -> bool:
         return self.state is VersionState.READY and all(i.is_ready() for i in self.instances)
 
+    def not_ready_reason(self) -> str:
+        """Why a loaded version cannot serve right now (an instance is down), or its load failure."""
+        if self.state is VersionState.READY:
+            return "; ".join(i.not_ready_reason() for i in self.instances if not i.is_ready())
+        return self.reason
+
 
 @dataclass
 class Model:
@@ -75,6 +81,7 @@ class RepositoryOptions:
     strict_model_config: bool = False
     disable_auto_complete_config: bool = False
     model_config_name: str = ""
+    drain_timeout_s: float = 30.0  # how long unload waits for in-flight requests before unloading anyway
 
 
 def version_dirs(model_dir: Path) -> list[int]:
@@ -136,13 +143,20 @@ class ModelRepository:
         if version is None:
             latest = model.latest_ready()
             if latest is None:
+                loaded = [v for v in model.versions.values() if v.state is VersionState.READY]
+                if loaded:  # loaded, but an instance is down (e.g. restarting): retrying can succeed
+                    newest = max(loaded, key=lambda v: v.version)
+                    raise unavailable(f"model '{name}' version {newest.version} is not ready: "
+                                      f"{newest.not_ready_reason()}")
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return latest
         found = model.versions.get(version)
         if found is None:
             raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
         if not found.is_ready():
-            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+            reason = found.not_ready_reason()
+            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state"
+                              + (f": {reason}" if reason else ""))
         return found
 
     def is_ready(self) -> bool:
@@ -166,7 +180,7 @@ class ModelRepository:
                 if ready_only and state is not VersionState.READY:
                     continue
                 entries.append({"name": name, "version": str(version.version), "state": state.value,
-                                "reason": version.reason if state is not VersionState.READY else ""})
+                                "reason": version.not_ready_reason() if state is not VersionState.READY else ""})
         return entries
 
     # ---- load and unload --------------------------------------------------------------------
@@ -299,15 +313,18 @@ class ModelRepository:
     async def _unload_versions(self, model: Model) -> None:
         await asyncio.gather(*(self._unload_version(v) for v in model.versions.values()))
 
-    @staticmethod
-    async def _unload_version(version: ModelVersion) -> None:
+    async def _unload_version(self, version: ModelVersion) -> None:
         if version.state is not VersionState.READY:
             if version.state is VersionState.UNAVAILABLE and not version.reason:
                 version.reason = "unloaded"
             return
         version.state = VersionState.UNLOADING
         if version.scheduler is not None:
-            await version.scheduler.stop()
+            try:
+                await asyncio.wait_for(version.scheduler.stop(), self.options.drain_timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("'%s' version %d: in-flight requests still running after %.0f s; unloading anyway",
+                            version.spec.name, version.version, self.options.drain_timeout_s)
         await _unload_instances(version.instances)
         version.state, version.reason = VersionState.UNAVAILABLE, "unloaded"
         log.info("unloaded '%s' version %d", version.spec.name, version.version)

@@ -118,6 +118,7 @@ class Server:
         config = HypercornConfig()
         config.bind = [f"{self.options.http_address}:{self.options.http_port}"]
         config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")  # our log handlers only: no second copy
         config.graceful_timeout = 30.0
         config.keep_alive_timeout = 75.0
         await serve(app, config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]

@@ -161,6 +161,9 @@ class RunningServer:
         return f"127.0.0.1:{self.options.grpc_port}"
 
     def stop(self) -> None:
+        """Stop the server and its loop; calling it again does nothing."""
+        if self.loop.is_closed():
+            return
         try:
             self.call(self.server.stop)
         finally:
