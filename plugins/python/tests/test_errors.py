@@ -1,0 +1,132 @@
+"""A model's mistakes reach the client as clear errors with Triton's statuses; the model keeps serving."""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as http
+from tritonclient.utils import InferenceServerException
+
+from triton_serve.testing import RunningServer
+
+ERROR_CODES = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                name = pb_utils.get_input_tensor_by_name(request, "CODE").as_numpy()[0].decode()
+                error = pb_utils.TritonError(f"the model failed with {name}", getattr(pb_utils.TritonError, name))
+                responses.append(pb_utils.InferenceResponse(error=error))
+            return responses
+"""
+MISBEHAVING = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            mode = pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0].decode()
+            good = np.arange(4, dtype=np.int32)
+            if mode == "value_error":
+                raise ValueError("bad value")
+            if mode == "model_exception":
+                raise pb_utils.TritonModelException("the model says no")
+            if mode == "triton_error":
+                raise pb_utils.TritonError("nothing here", pb_utils.TritonError.NOT_FOUND)
+            if mode == "dtype":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good.astype(np.float32))])]
+            if mode == "shape":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.arange(5, dtype=np.int32))])]
+            if mode == "undeclared":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Z", good)])]
+            if mode == "count":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good)])] * 2
+            if mode == "none":
+                return None
+            if mode == "not_a_response":
+                return ["Y"]
+            if mode == "float_parameter":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good)], parameters={"score": 0.5})]
+            if mode == "complex":
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good.astype(np.complex64))])]
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good)])]
+"""
+
+# code name -> the HTTP status Triton gives it
+HTTP_STATUS = {"INTERNAL": 500, "NOT_FOUND": 404, "INVALID_ARG": 400, "UNAVAILABLE": 503, "UNSUPPORTED": 501,
+               "ALREADY_EXISTS": 400, "CANCELLED": 400, "UNKNOWN": 400}
+
+# mode -> (HTTP status, words the error message must contain)
+MISTAKES = {
+    "value_error": (500, "execute of python model 'misbehaving' raised ValueError: bad value"),
+    "model_exception": (500, "the model says no"),
+    "triton_error": (404, "nothing here"),
+    "dtype": (500, "returned output 'Y' with datatype 'FP32', but its config declares 'INT32'"),
+    "shape": (500, "returned output 'Y' with shape [5], which does not match its config dims [4]"),
+    "undeclared": (500, "returned output 'Z', which its config does not declare"),
+    "count": (500, "execute of python model 'misbehaving' returned 2 responses for 1 requests"),
+    "none": (500, "execute of python model 'misbehaving' returned None"),
+    "not_a_response": (500, "returned a str as response 0; expected a pb_utils.InferenceResponse"),
+    "float_parameter": (500, "response parameter 'score' must be one of bool, int, str, got float"),
+    "complex": (500, "tensor 'Y' has numpy dtype complex64, which has no Triton datatype"),
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Iterator[RunningServer]:
+    repo: Path = tmp_path_factory.mktemp("errors")
+    kit.write_model(repo, "error_codes", ERROR_CODES, """
+        input [ { name: "CODE", data_type: TYPE_STRING, dims: [ 1 ] } ]
+        output [ { name: "Y", data_type: TYPE_INT32, dims: [ 4 ] } ]
+    """)
+    kit.write_model(repo, "misbehaving", MISBEHAVING, """
+        input [ { name: "MODE", data_type: TYPE_STRING, dims: [ 1 ] } ]
+        output [ { name: "Y", data_type: TYPE_INT32, dims: [ 4 ] } ]
+    """)
+    running = kit.start_server(repo, f"tsp_errors_{os.getpid()}_{uuid.uuid4().hex[:6]}_")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[http.InferenceServerClient]:
+    client = http.InferenceServerClient(server.http_url)
+    yield client
+    client.close()
+
+
+def _error_of(kit: Any, client: http.InferenceServerClient, model: str,
+              **inputs: np.ndarray) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as raised:
+        kit.infer(client, model, **inputs)
+    return raised.value
+
+
+@pytest.mark.parametrize("code", sorted(HTTP_STATUS))
+def test_triton_error_code_becomes_the_http_status(kit: Any, client: http.InferenceServerClient, code: str) -> None:
+    error = _error_of(kit, client, "error_codes", CODE=np.array([code.encode()], dtype=object))
+    assert error.status() == str(HTTP_STATUS[code])
+    assert error.message() == f"the model failed with {code}"
+
+
+@pytest.mark.parametrize("mode", sorted(MISTAKES))
+def test_model_mistakes_give_clear_errors(kit: Any, client: http.InferenceServerClient, mode: str) -> None:
+    status, words = MISTAKES[mode]
+    error = _error_of(kit, client, "misbehaving", MODE=np.array([mode.encode()], dtype=object))
+    assert error.status() == str(status)
+    assert words in error.message()
+
+
+def test_model_keeps_serving_after_its_mistakes(kit: Any, client: http.InferenceServerClient) -> None:
+    for mode in MISTAKES:
+        _error_of(kit, client, "misbehaving", MODE=np.array([mode.encode()], dtype=object))
+    result = kit.infer(client, "misbehaving", MODE=np.array([b"ok"], dtype=object))
+    np.testing.assert_array_equal(result.as_numpy("Y"), np.arange(4, dtype=np.int32))
+    assert client.is_server_ready() and client.is_model_ready("misbehaving")

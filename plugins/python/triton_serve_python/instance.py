@@ -1,0 +1,114 @@
+"""A python-backend model instance: one worker process, restarted when it dies, with readiness to match."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from triton_serve.backend import InstanceSpec, ModelInstance, ModelSpec
+from triton_serve.config import config_to_json
+from triton_serve.errors import ServerError, Status, unavailable
+from triton_serve.inference import InferenceRequest, InferenceResponse
+
+from .options import PythonBackendOptions
+from .process import WorkerFailure, WorkerProcess
+
+log = logging.getLogger("triton_serve_python")
+
+
+class PythonModelInstance(ModelInstance):
+    """Runs ``model.py`` in its own worker process, so a crash, hang or exit there cannot reach the server.
+
+    While the worker is dead or restarting the instance is not ready (so neither is the model nor, with
+    strict readiness, the server) and requests fail at once with UNAVAILABLE.
+    """
+
+    def __init__(self, model: ModelSpec, instance: InstanceSpec, options: PythonBackendOptions) -> None:
+        self.model = model
+        self.instance = instance
+        self.options = options
+        self.label = f"instance '{instance.name}' of python model '{model.name}'"
+        self._worker: WorkerProcess | None = None
+        self._not_running = "is not loaded"
+        self._restart_task: asyncio.Task[None] | None = None
+        self._unloading = False
+
+    def _init_message(self) -> dict[str, Any]:
+        spec = self.model
+        return {
+            "model_file": str(spec.model_file),
+            "outputs": [output.name for output in spec.config.output],
+            "args": {  # exactly the seven keys Triton gives ``initialize``
+                "model_config": json.dumps(config_to_json(spec.config)),
+                "model_instance_kind": self.instance.kind,
+                "model_instance_name": self.instance.name,
+                "model_instance_device_id": str(self.instance.device_id),
+                "model_repository": str(spec.model_dir),
+                "model_version": str(spec.version),
+                "model_name": spec.name,
+            },
+        }
+
+    async def _start_worker(self) -> WorkerProcess:
+        worker = WorkerProcess(self.label, self.options, self._on_worker_exit)
+        await worker.start(self._init_message())
+        return worker
+
+    # ---- ModelInstance --------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        self._worker = await self._start_worker()
+
+    def is_ready(self) -> bool:
+        return self._worker is not None and self._worker.running
+
+    def not_ready_reason(self) -> str:
+        return f"python backend worker for {self.label} {self._not_running}"
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse]:
+        worker = self._worker
+        if worker is None or not worker.running:
+            raise unavailable(f"python backend worker for {self.label} {self._not_running}")
+        try:
+            return await worker.execute(requests)
+        except WorkerFailure as failure:
+            next_step = "it is being restarted" if self.options.restart_on_failure else "it will not be restarted"
+            raise ServerError(f"python backend worker for {self.label} {failure} while executing the "
+                              f"request; {next_step}", Status.INTERNAL) from None
+
+    async def unload(self) -> None:
+        self._unloading = True
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart_task
+        if self._worker is not None:
+            await self._worker.stop()
+
+    # ---- failures and restarts ------------------------------------------------------------------
+
+    def _on_worker_exit(self, description: str) -> None:
+        log.error("python backend worker for %s %s", self.label, description)
+        if self._unloading:
+            return
+        if not self.options.restart_on_failure:
+            self._not_running = f"{description}; restart-on-failure is off, so the model stays not ready " \
+                                "until it is reloaded"
+            log.error("python backend worker for %s will not be restarted (restart-on-failure is off)", self.label)
+            return
+        self._not_running = f"{description} and is restarting"
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart())
+
+    async def _restart(self) -> None:
+        log.warning("restarting the python backend worker for %s", self.label)
+        try:
+            self._worker = await self._start_worker()
+        except Exception as error:
+            reason = error.message if isinstance(error, ServerError) else f"{type(error).__name__}: {error}"
+            self._not_running = f"could not be restarted ({reason}); the model stays not ready until it is reloaded"
+            log.error("python backend worker for %s %s", self.label, self._not_running)
+            return
+        log.info("restarted the python backend worker for %s", self.label)

@@ -1,0 +1,139 @@
+"""pb_utils.InferenceRequest and InferenceResponse: what ``execute`` receives and returns."""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import TritonError, TritonModelException, unsupported
+from .parameters import checked_parameters
+from .tensor import Tensor
+
+TRITONSERVER_MEMORY_CPU = 0
+TRITONSERVER_MEMORY_CPU_PINNED = 1
+TRITONSERVER_MEMORY_GPU = 2
+
+
+class PreferredMemory:
+    """Where a BLS request would like its outputs (kept for API compatibility; outputs are CPU memory)."""
+
+    def __init__(self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """A request's trace; tracing is not collected, so the context is always None."""
+
+    def get_context(self, mode: str = "opentelemetry") -> str | None:
+        return None
+
+
+class InferenceResponse:
+    """One response: output tensors and parameters (bool/int/str values), or an error."""
+
+    __slots__ = ("_tensors", "_error", "_parameters")
+
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None,
+                 parameters: dict[str, Any] | str | None = None) -> None:
+        tensors = list(output_tensors or [])
+        for tensor in tensors:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException("InferenceResponse output_tensors must be pb_utils.Tensor objects, "
+                                           f"got {type(tensor).__name__}")
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException(f"InferenceResponse error must be a pb_utils.TritonError, "
+                                       f"got {type(error).__name__}")
+        self._tensors = tensors
+        self._error = error
+        self._parameters = checked_parameters(parameters, "response")
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        """The response parameters as a JSON object string."""
+        return json.dumps(self._parameters)
+
+
+class InferenceRequest:
+    """A request as ``execute`` receives it. Building one to call another model (BLS ``exec``) comes later."""
+
+    def __init__(self, *, model_name: str, requested_output_names: Sequence[str], inputs: Sequence[Tensor],
+                 request_id: str = "", correlation_id: int | str = 0, model_version: int = -1, flags: int = 0,
+                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
+                 trace: InferenceTrace | None = None, parameters: dict[str, Any] | str | None = None) -> None:
+        for tensor in inputs:
+            if not isinstance(tensor, Tensor):
+                raise TritonModelException(f"InferenceRequest inputs must be pb_utils.Tensor objects, "
+                                           f"got {type(tensor).__name__}")
+        self._model_name = model_name
+        self._requested_output_names = list(requested_output_names)
+        self._inputs = list(inputs)
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._preferred_memory = preferred_memory or PreferredMemory()
+        self._trace = trace or InferenceTrace()
+        self._parameters = checked_parameters(parameters, "request", (bool, int, float, str))
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        """The sequence id (0 outside sequences)."""
+        return self._correlation_id
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def flags(self) -> int:
+        """TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END bits."""
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        """The request's timeout in microseconds (0: none)."""
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request parameters as a JSON object string."""
+        return json.dumps(self._parameters)
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def requested_output_names(self) -> list[str]:
+        return list(self._requested_output_names)
+
+    def is_cancelled(self) -> bool:
+        """Whether the client cancelled the request; cancellation is not forwarded yet, so always False."""
+        return False
+
+    def get_response_sender(self) -> Any:
+        raise unsupported("InferenceRequest.get_response_sender (decoupled models)")
+
+    def set_release_flags(self, flags: int) -> None:
+        raise unsupported("InferenceRequest.set_release_flags (request rescheduling)")
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise unsupported("InferenceRequest.exec (business logic scripting, BLS)")
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        raise unsupported("InferenceRequest.async_exec (business logic scripting, BLS)")

@@ -1,0 +1,273 @@
+"""The server's handle on one worker process: launch it, talk to it, notice when it exits, clean up after it."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from triton_serve.errors import ServerError, Status
+from triton_serve.inference import InferenceRequest, InferenceResponse
+
+from . import protocol
+from .arena import Arena, TensorLayout, grown_size
+from .options import PythonBackendOptions
+from .protocol import FrameDecoder, Message
+from .transfer import describe_requests, read_responses
+
+log = logging.getLogger("triton_serve_python")
+model_log = logging.getLogger("triton_serve_python.model")
+_LEVELS = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}
+_EOF_GRACE_S = 2.0  # a worker that closed its socket but is still running after this is killed
+
+
+class WorkerFailure(Exception):
+    """The worker exited, or was killed, before it answered; the text says how ("exited with code 3")."""
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class _WorkerConnection(asyncio.Protocol):
+    """Feeds the messages arriving on the server's end of the socket to the WorkerProcess."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self._worker = worker
+        self._decoder = FrameDecoder()
+
+    def data_received(self, data: bytes) -> None:
+        for message in self._decoder.feed(data):
+            self._worker._on_message(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._worker._on_disconnect()
+
+
+class WorkerProcess:
+    """One worker process serving one model instance, with its socket and its two shared-memory arenas.
+
+    ``start`` launches it and initializes the model; ``execute`` runs one batch at a time; ``stop`` finalizes
+    it. If it exits by itself or is killed (a crash, ``os._exit``, an execute timeout) after starting,
+    ``on_exit`` is called with how it ended, and its arenas are released. Runs on the server's event loop.
+    """
+
+    def __init__(self, label: str, options: PythonBackendOptions, on_exit: Callable[[str], None]) -> None:
+        self.label = label  # "instance 'm_0_0' of python model 'm'"
+        self.options = options
+        self._on_exit = on_exit
+        self._arenas: dict[str, Arena] = {}
+        self._process: asyncio.subprocess.Process | None = None
+        self._transport: asyncio.Transport | None = None
+        self._exit_task: asyncio.Task[None] | None = None
+        self._reply: asyncio.Future[Message] | None = None
+        self._kill_reason = ""
+        self._ready = False
+        self._stopping = False
+        self.exit_description: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Started, initialized and not exited."""
+        return self._ready and self.exit_description is None
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, init: dict[str, Any]) -> None:
+        """Launch the worker and initialize the model; clean up and raise ServerError if either fails."""
+        try:
+            await self._launch()
+            await self._wait_reply(self.options.stub_timeout_seconds, "start-up")
+            reply = await self._call((protocol.INIT, {**init, "input_arena": self._arenas["input"].name,
+                                                      "output_arena": self._arenas["output"].name}),
+                                     self.options.stub_timeout_seconds, "initialize")
+        except WorkerFailure as failure:
+            await self._abort()
+            raise ServerError(f"python backend worker for {self.label} {failure} while loading the model",
+                              Status.INTERNAL) from None
+        except BaseException:
+            await self._abort()
+            raise
+        if reply[0] == protocol.FAILED:
+            await self._abort()
+            log.error("failed to initialize %s:\n%s", self.label, reply[2])
+            raise ServerError(f"failed to initialize {self.label}: {reply[1]}", Status.INTERNAL)
+        self._ready = True
+
+    async def _launch(self) -> None:
+        prefix, size = self.options.shm_region_prefix_name, self.options.shm_default_byte_size
+        self._arenas["input"] = Arena(prefix, size)
+        self._arenas["output"] = Arena(prefix, size)
+        server_end, worker_end = socket.socketpair()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-u", "-m", "triton_serve_python.worker", str(worker_end.fileno()),
+                pass_fds=(worker_end.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            server_end.close()
+            raise
+        finally:
+            worker_end.close()
+        self._exit_task = asyncio.create_task(self._watch_exit())
+        loop = asyncio.get_running_loop()
+        self._reply = loop.create_future()  # for STARTED
+        try:
+            self._transport, _ = await loop.create_unix_connection(lambda: _WorkerConnection(self),
+                                                                   sock=server_end)
+        except BaseException:
+            server_end.close()
+            raise
+
+    async def stop(self) -> None:
+        """Finalize the model and let the worker exit; kill it if that takes over stub-timeout-seconds."""
+        self._stopping = True
+        if self.exit_description is None and self._transport is not None:
+            try:
+                await self._call((protocol.FINALIZE,), self.options.stub_timeout_seconds, "finalize")
+            except WorkerFailure as failure:
+                log.warning("python backend worker for %s %s while unloading", self.label, failure)
+        await self._wait_exit()
+
+    async def _abort(self) -> None:
+        self._stopping = True
+        self._kill("was killed because loading the model failed")
+        await self._wait_exit()
+
+    async def _wait_exit(self) -> None:
+        if self._exit_task is None:
+            self._release_arenas()
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._exit_task), self.options.stub_timeout_seconds)
+        except asyncio.TimeoutError:
+            self._kill(f"was killed because it did not exit within {self.options.stub_timeout_seconds:g} s")
+            await self._exit_task
+
+    def _kill(self, reason: str) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._kill_reason = self._kill_reason or reason
+            try:
+                self._process.kill()
+            except ProcessLookupError:
+                pass
+
+    async def _watch_exit(self) -> None:
+        assert self._process is not None
+        returncode = await self._process.wait()
+        self.exit_description = self._kill_reason or describe_exit(returncode)
+        if self._transport is not None:
+            self._transport.close()
+        self._release_arenas()
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_exception(WorkerFailure(self.exit_description))
+        if self._ready and not self._stopping:
+            self._on_exit(self.exit_description)
+
+    def _release_arenas(self) -> None:
+        for arena in self._arenas.values():
+            arena.release()
+        self._arenas.clear()
+
+    # ---- messages -------------------------------------------------------------------------------
+
+    async def _call(self, message: Message, timeout: float, what: str) -> Message:
+        """Send ``message`` and wait for the worker's answer (see ``_wait_reply``)."""
+        if self.exit_description is not None or self._transport is None:
+            raise WorkerFailure(self.exit_description or "is not running")
+        self._reply = asyncio.get_running_loop().create_future()
+        self._transport.write(protocol.encode(message))
+        return await self._wait_reply(timeout, what)
+
+    async def _wait_reply(self, timeout: float, what: str) -> Message:
+        """Wait for the message that resolves ``_reply``; kill the worker if ``what`` takes over ``timeout``
+        seconds (0: no limit), and raise WorkerFailure if it dies first."""
+        assert self._reply is not None
+        try:
+            return await asyncio.wait_for(self._reply, timeout or None)
+        except asyncio.TimeoutError:
+            self._kill(f"was killed because {what} did not finish within {timeout:g} s")
+            assert self._exit_task is not None
+            await self._exit_task
+            raise WorkerFailure(self.exit_description) from None
+        finally:
+            self._reply = None
+
+    def _on_message(self, message: Message) -> None:
+        kind = message[0]
+        if kind == protocol.LOG:
+            model_log.log(_LEVELS.get(message[1], logging.INFO), "[%s] %s", self.label, message[2])
+        elif kind == protocol.GROW:
+            self._grow_output(message[1])
+        elif self._reply is not None and not self._reply.done():
+            if kind == protocol.RESULT and message[2] is not None:
+                self._read_result(message[2], self._reply)
+            else:
+                self._reply.set_result(message)
+        else:
+            log.warning("unexpected %r message from the python backend worker for %s", kind, self.label)
+
+    def _read_result(self, results: list[Any], reply: asyncio.Future[Message]) -> None:
+        """Copy the outputs out of the arena now, before anything else (the worker's exit) can release it."""
+        try:
+            responses = read_responses(results, self._arenas["output"].buf)
+        except Exception as error:  # a worker bug must fail the batch, not the connection
+            reply.set_exception(ServerError(f"unreadable outputs from the python backend worker for {self.label}: "
+                                            f"{type(error).__name__}: {error}", Status.INTERNAL))
+            return
+        reply.set_result((protocol.RESULT, None, responses))
+
+    def _on_disconnect(self) -> None:
+        if self.exit_description is None:
+            asyncio.get_running_loop().call_later(
+                _EOF_GRACE_S, self._kill, "was killed because it closed its connection to the server")
+
+    def _grow_output(self, needed: int) -> None:
+        assert self._transport is not None
+        try:
+            name = self._replace_arena("output", needed)
+        except OSError as error:
+            self._transport.write(protocol.encode((protocol.GROWN, None, str(error))))
+            return
+        self._transport.write(protocol.encode((protocol.GROWN, name, None)))
+
+    def _replace_arena(self, direction: str, needed: int) -> str:
+        old = self._arenas[direction]
+        arena = Arena(self.options.shm_region_prefix_name,
+                      grown_size(old.size, needed, self.options.shm_growth_byte_size))
+        old.release()
+        self._arenas[direction] = arena
+        return arena.name
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        """Run one batch; a batch-level error is raised as ServerError, a dead worker as WorkerFailure."""
+        if not self.running:
+            raise WorkerFailure(self.exit_description or "is not running")
+        layout = TensorLayout()
+        described = describe_requests(requests, layout)
+        new_input = None
+        if layout.size > self._arenas["input"].size:
+            try:
+                new_input = self._replace_arena("input", layout.size)
+            except OSError as error:
+                raise ServerError(f"no shared memory for {layout.size} bytes of inputs of {self.label}: {error}",
+                                  Status.UNAVAILABLE) from None
+        layout.write(self._arenas["input"].buf)
+        _kind, batch_error, responses = await self._call((protocol.EXECUTE, new_input, described),
+                                                         self.options.execute_timeout_seconds, "execute")
+        if batch_error is not None:
+            message, code_name, trace = batch_error
+            if trace:
+                log.error("%s\n%s", message, trace)
+            raise ServerError(message, Status[code_name])
+        return responses

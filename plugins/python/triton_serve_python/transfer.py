@@ -1,0 +1,48 @@
+"""Moves a batch across the process boundary: core requests in through the input arena, responses back out."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from triton_serve.errors import ServerError, Status
+from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
+
+from .arena import TensorLayout, read_tensor
+
+# Request parameters that the server turns into request fields, so a model never sees them as parameters.
+_CONSUMED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+                                  "binary_data_output"})
+_SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
+
+
+def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout) -> list[dict[str, Any]]:
+    """One small dict per request for the worker; input tensors are laid out in ``layout``."""
+    described = []
+    for request in requests:
+        inputs = [layout.add(name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
+                  for name, tensor in request.inputs.items()]
+        flags = (_SEQUENCE_START if request.sequence_start else 0) | (_SEQUENCE_END if request.sequence_end else 0)
+        parameters = request.parameters
+        if not _CONSUMED_PARAMETERS.isdisjoint(parameters):
+            parameters = {k: v for k, v in parameters.items() if k not in _CONSUMED_PARAMETERS}
+        described.append({
+            "id": request.id, "inputs": inputs, "outputs": [output.name for output in request.outputs],
+            "parameters": parameters, "correlation_id": request.sequence_id, "flags": flags,
+            "timeout": request.timeout_us,
+        })
+    return described
+
+
+def read_responses(results: list[Any], output_buffer: memoryview) -> list[InferenceResponse]:
+    """Core responses from the worker's response tuples; output bytes are copied out of the arena."""
+    responses = []
+    for refs, parameters, error in results:
+        if error is not None:
+            message, code_name = error
+            responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))
+            continue
+        outputs = [Tensor(ref[0], ref[1], ref[2], read_tensor(output_buffer, ref, copy=True)) for ref in refs]
+        responses.append(InferenceResponse(outputs, parameters))
+    return responses

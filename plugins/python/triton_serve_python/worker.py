@@ -1,0 +1,122 @@
+"""The worker process, ``python -m triton_serve_python.worker <socket fd>``, that serves one model instance."""
+from __future__ import annotations
+
+import faulthandler
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+from . import protocol
+from .arena import TensorLayout, TensorRef, attach, close_mapping
+from .pb_utils.errors import TritonError
+from .pb_utils.logger import set_log_sink
+from .pb_utils.messages import InferenceResponse
+from .protocol import BlockingChannel, Message
+from .runner import ModelRunner
+
+# One response as the server receives it: (output refs, parameters, None) or (None, None, (message, code name)).
+ResponseTuple = tuple[list[TensorRef] | None, dict[str, Any] | None, tuple[str, str] | None]
+
+
+class WorkerArenas:
+    """The worker's mappings of its two arenas; they are swapped when the server replaces one."""
+
+    def __init__(self, input_name: str, output_name: str) -> None:
+        self.input = attach(input_name)
+        self.output = attach(output_name)
+
+    def replace_input(self, name: str) -> None:
+        old, self.input = self.input, attach(name)
+        close_mapping(old)
+
+    def grow_output(self, channel: BlockingChannel, needed: int) -> None:
+        """Ask the server for a larger output arena (it creates the segment, so it can always unlink it)."""
+        channel.send((protocol.GROW, needed))
+        reply = channel.receive()
+        if reply is None:
+            raise ConnectionError("the server closed the connection")
+        _kind, name, error = reply
+        if name is None:
+            raise TritonError(f"no shared memory for {needed} bytes of outputs: {error}", TritonError.UNAVAILABLE)
+        old, self.output = self.output, attach(name)
+        close_mapping(old)
+
+
+def _response_tuple(response: InferenceResponse, layout: TensorLayout) -> ResponseTuple:
+    error = response.error()
+    if error is not None:
+        return None, None, (error.message(), error.code_name())
+    refs = [layout.add(tensor.name(), tensor.datatype, tensor.as_numpy()) for tensor in response.output_tensors()]
+    return refs, response._parameters, None
+
+
+def _batch_error(error: Exception, model_name: str) -> tuple[str, str, str | None]:
+    """(message, code name, traceback or None): a TritonError keeps its message and code."""
+    if isinstance(error, TritonError):
+        return error.message(), error.code_name(), None
+    return (f"execute of python model '{model_name}' raised {type(error).__name__}: {error}", "INTERNAL",
+            traceback.format_exc())
+
+
+def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas,
+              requests: list[dict[str, Any]]) -> Message:
+    try:
+        responses = runner.execute(requests, arenas.input.buf)
+        layout = TensorLayout()
+        results = [_response_tuple(response, layout) for response in responses]
+        if layout.size > arenas.output.size:
+            arenas.grow_output(channel, layout.size)
+        layout.write(arenas.output.buf)
+    except Exception as error:
+        return protocol.RESULT, _batch_error(error, runner.model_name), None
+    return protocol.RESULT, None, results
+
+
+def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -> int:
+    while True:
+        message = channel.receive()
+        if message is None:
+            return 0
+        if message[0] == protocol.EXECUTE:
+            _kind, input_arena, requests = message
+            if input_arena is not None:
+                arenas.replace_input(input_arena)
+            channel.send(run_batch(channel, runner, arenas, requests))
+        elif message[0] == protocol.FINALIZE:
+            try:
+                runner.finalize()
+            except Exception:
+                channel.send((protocol.LOG, "ERROR", f"finalize of python model '{runner.model_name}' raised:\n"
+                              + traceback.format_exc()))
+            channel.send((protocol.FINALIZED,))
+            return 0
+
+
+def main(argv: list[str]) -> int:
+    """Say STARTED, receive INIT, load the model and answer READY (or FAILED), then run EXECUTE messages one at
+    a time until FINALIZE or until the server closes the socket."""
+    channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which then stops its workers
+    faulthandler.enable()  # a crash in model code prints its Python traceback to the server's stderr
+    set_log_sink(lambda level, line: channel.send((protocol.LOG, level, line)))
+    channel.send((protocol.STARTED,))
+    message = channel.receive()
+    if message is None or message[0] != protocol.INIT:
+        return 1
+    init = message[1]
+    try:
+        arenas = WorkerArenas(init["input_arena"], init["output_arena"])
+        runner = ModelRunner(init["model_file"], init["args"]["model_name"], int(init["args"]["model_version"]),
+                             init["outputs"])
+        runner.initialize(init["args"])
+    except Exception as error:
+        channel.send((protocol.FAILED, f"{type(error).__name__}: {error}", traceback.format_exc()))
+        return 1
+    channel.send((protocol.READY,))
+    return serve(channel, runner, arenas)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
