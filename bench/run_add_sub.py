@@ -1,0 +1,300 @@
+"""Measure add_sub on triton-serve, and optionally on the real Triton, with perf_analyzer (see bench/README.md)."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PERF_ANALYZER = REPO / "scripts" / "perf_analyzer"
+TRITON_HOME = REPO / "tritonserver"
+TRITON_VENV = REPO / "triton-venv"
+RESULTS = REPO / "bench" / "results"
+PROTOCOLS = {
+    "http-binary": ["-i", "http"],
+    "http-json": ["-i", "http", "--input-tensor-format", "json", "--output-tensor-format", "json"],
+    "grpc": ["-i", "grpc"],
+}
+UNSTABLE = "Failed to obtain stable measurement"
+LOOPBACK = "127.0.0.1"
+# urllib would otherwise honour http_proxy even for loopback addresses.
+HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+
+@dataclass
+class Result:
+    server: str
+    protocol: str
+    concurrency: int
+    status: str  # "ok"; "unstable" (infer/s is the mean of the last windows, no percentiles); "error"
+    infer_per_sec: float | None = None
+    p50_us: int | None = None
+    p99_us: int | None = None
+    detail: str = ""
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or did not get its model ready in time."""
+
+
+def free_ports() -> Ports:
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(3)]
+        for sock in sockets:
+            sock.bind((LOOPBACK, 0))
+        return Ports(*(sock.getsockname()[1] for sock in sockets))
+
+
+def server_flags(repository: Path, model: str, ports: Ports) -> list[str]:
+    """Flags both servers share: only ``model`` is loaded, every endpoint on loopback."""
+    flags = [f"--model-repository={repository}", "--model-control-mode=explicit", f"--load-model={model}",
+             "--exit-on-error=true"]
+    for name, port in (("http", ports.http), ("grpc", ports.grpc), ("metrics", ports.metrics)):
+        flags += [f"--{name}-address={LOOPBACK}", f"--{name}-port={port}"]
+    return flags
+
+
+def ours_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    return ["triton-serve", *flags], dict(os.environ)
+
+
+def triton_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The real Triton as scripts/install.sh --with-triton lays it out; the stub needs the venv's numpy on PATH."""
+    site = next((TRITON_VENV / "lib").glob("python3*/site-packages"))
+    env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
+           "PATH": f"{TRITON_VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    command = [str(TRITON_HOME / "bin" / "tritonserver"), *flags,
+               f"--backend-directory={TRITON_HOME / 'backends'}", f"--cache-directory={TRITON_HOME / 'caches'}",
+               "--allow-gpu-metrics=false", "--exit-timeout-secs=10"]
+    return command, env
+
+
+SERVERS = {"ours": ours_command, "triton": triton_command}
+
+
+def is_ok(url: str) -> bool:
+    try:
+        with HTTP.open(url, timeout=1):  # raises HTTPError (an OSError) unless the status is 2xx
+            return True
+    except OSError:
+        return False
+
+
+def wait_ready(process: subprocess.Popen[bytes], urls: list[str], timeout: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(is_ok(url) for url in urls):
+        if process.poll() is not None:
+            raise ServerFailed(f"exited with status {process.returncode} before ready; log: {log_path}")
+        if time.monotonic() > deadline:
+            raise ServerFailed(f"not ready after {timeout:.0f} s; log: {log_path}")
+        time.sleep(0.25)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT (a graceful stop for both servers); the whole process group is killed if that hangs."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            print(f"  server {process.pid} ignored SIGINT for 30 s; killing it", file=sys.stderr)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # also reaps backend children left behind
+    process.wait()
+
+
+@contextlib.contextmanager
+def running(command: list[str], env: dict[str, str], urls: list[str], timeout: float,
+            log_path: Path) -> Iterator[None]:
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_ready(process, urls, timeout, log_path)
+            yield
+        finally:
+            stop(process)
+
+
+def parse_csv(path: Path) -> tuple[float, int, int]:
+    with open(path, newline="") as file:
+        row = next(csv.DictReader(file))
+    return float(row["Inferences/Second"]), int(row["p50 latency"]), int(row["p99 latency"])
+
+
+def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: argparse.Namespace,
+            csv_path: Path) -> Result:
+    """One perf_analyzer run, repeated up to ``--attempts`` times while it reports an unstable measurement."""
+    port = ports.grpc if protocol == "grpc" else ports.http
+    command = [str(PERF_ANALYZER), "-v", "-m", args.model, "-u", f"{LOOPBACK}:{port}", *PROTOCOLS[protocol],
+               "--concurrency-range", f"{concurrency}:{concurrency}",
+               "--measurement-interval", str(args.measurement_interval), "--max-trials", str(args.max_trials),
+               "--stability-percentage", str(args.stability_percentage), "-f", str(csv_path)]
+    timeout = 2 * args.max_trials * args.measurement_interval / 1000 + 30
+    result = Result(server, protocol, concurrency, "error")
+    for _ in range(args.attempts):
+        csv_path.unlink(missing_ok=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result.detail = f"perf_analyzer ran past {timeout:.0f} s"
+            return result
+        if done.returncode == 0:
+            result.status = "ok"
+            result.infer_per_sec, result.p50_us, result.p99_us = parse_csv(csv_path)
+            return result
+        output = done.stdout + done.stderr
+        if UNSTABLE not in output:
+            lines = output.strip().splitlines()
+            result.detail = f"perf_analyzer exited {done.returncode}: {lines[-1] if lines else ''}"
+            return result
+    passes = [float(v) for v in re.findall(r"Pass \[\d+\] throughput: ([\d.]+)", output)]
+    result.status = "unstable"
+    result.infer_per_sec = statistics.mean(passes[-3:]) if passes else None
+    result.detail = f"no stable measurement in {args.attempts} attempt(s); infer/s is the mean of the last 3 windows"
+    return result
+
+
+def bench_server(server: str, args: argparse.Namespace, stem: str) -> list[Result]:
+    matrix = [(protocol, concurrency) for protocol in args.protocols for concurrency in args.concurrency]
+    ports = free_ports()
+    command, env = SERVERS[server](server_flags(args.model_repository, args.model, ports))
+    base = f"http://{LOOPBACK}:{ports.http}/v2"
+    urls = [f"{base}/health/ready", f"{base}/models/{args.model}/ready"]
+    log_path = RESULTS / f"{stem}-{server}.log"
+    print(f"{server}: {' '.join(command)}", flush=True)
+    results: list[Result] = []
+    try:
+        with running(command, env, urls, args.start_timeout, log_path):
+            for protocol, concurrency in matrix:
+                result = measure(server, protocol, concurrency, ports, args, RESULTS / f"{stem}-last.csv")
+                print(f"  {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}", flush=True)
+                results.append(result)
+    except ServerFailed as error:
+        print(f"  {server} failed: {error}", file=sys.stderr)
+        results = [Result(server, p, c, "error", detail=f"server {error}") for p, c in matrix]
+    (RESULTS / f"{stem}-last.csv").unlink(missing_ok=True)
+    return results
+
+
+def fmt_rate(result: Result | None) -> str:
+    if result is None or result.infer_per_sec is None:
+        return "error" if result else "-"
+    return f"{'~' if result.status == 'unstable' else ''}{result.infer_per_sec:,.0f}"
+
+
+def fmt_latency(result: Result | None) -> str:
+    if result is None or result.p50_us is None:
+        return "-"
+    return f"{result.p50_us:,} / {result.p99_us:,}"
+
+
+def fmt_ratio(ours: Result | None, triton: Result | None) -> str:
+    if ours and triton and ours.infer_per_sec and triton.infer_per_sec:
+        approx = "~" if "unstable" in (ours.status, triton.status) else ""
+        return f"{approx}{ours.infer_per_sec / triton.infer_per_sec:.2f}"
+    return "-"
+
+
+def markdown(results: list[Result], servers: list[str], header: str) -> str:
+    by_key = {(r.server, r.protocol, r.concurrency): r for r in results}
+    columns = ["config", *(f"{s} infer/s" for s in servers)]
+    if servers == ["ours", "triton"]:
+        columns.append("ours/triton")
+    columns += [f"{s} p50 / p99 (µs)" for s in servers]
+    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for protocol, concurrency in dict.fromkeys((r.protocol, r.concurrency) for r in results):
+        row = [by_key.get((s, protocol, concurrency)) for s in servers]
+        cells = [f"{protocol} c={concurrency}", *(fmt_rate(r) for r in row)]
+        if len(row) == 2:
+            cells.append(fmt_ratio(*row))
+        cells += [fmt_latency(r) for r in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    if any(r.status == "unstable" for r in results):
+        lines += ["", "`~`: perf_analyzer found no stable measurement (see below); the figure is indicative only."]
+    notes: dict[tuple[str, str, str], list[str]] = {}
+    for r in results:
+        if r.detail:
+            notes.setdefault((r.server, r.status, r.detail), []).append(f"{r.protocol} c={r.concurrency}")
+    if notes:
+        lines.append("")
+        lines += [f"- {server} {', '.join(configs)}: {status}: {detail}"
+                  for (server, status, detail), configs in notes.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
+    parser.add_argument("--model", default="add_sub")
+    parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=list(PROTOCOLS))
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--measurement-interval", type=int, default=3000, help="ms per measurement window")
+    parser.add_argument("--max-trials", type=int, default=8)
+    parser.add_argument("--stability-percentage", type=int, default=10)
+    parser.add_argument("--attempts", type=int, default=2, help="perf_analyzer runs per config while unstable")
+    parser.add_argument("--start-timeout", type=float, default=120, help="seconds for a server to get ready")
+    parser.add_argument("--with-triton", action="store_true",
+                        help="also run the real Triton 2.51 (scripts/install.sh --with-triton), after ours")
+    args = parser.parse_args()
+    if args.attempts < 1:
+        parser.error("--attempts must be at least 1")
+    args.model_repository = args.model_repository.resolve()
+    if not (args.model_repository / args.model).is_dir():
+        parser.error(f"no model '{args.model}' in {args.model_repository}")
+    if subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True).returncode != 0:
+        parser.error(f"{PERF_ANALYZER} does not run; run scripts/install.sh first")
+    if args.with_triton and not (TRITON_HOME / "bin" / "tritonserver").exists():
+        parser.error("no tritonserver/ in the repository; run scripts/install.sh --with-triton first")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
+    servers = ["ours", "triton"] if args.with_triton else ["ours"]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = datetime.now()
+    stem = f"{args.model}-{started:%Y%m%d-%H%M%S}"
+    results = [result for server in servers for result in bench_server(server, args, stem)]
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    header = (f"## {args.model}, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
+              f"perf_analyzer: {args.measurement_interval} ms windows, up to {args.max_trials} trials, "
+              f"{args.stability_percentage}% stability, batch 1; servers run one after the other.")
+    table = markdown(results, servers, header)
+    (RESULTS / f"{stem}.md").write_text(table)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(
+        {"started": started.isoformat(timespec="seconds"), "settings": settings, "machine": platform.platform(),
+         "cpus": os.cpu_count(), "results": [asdict(r) for r in results]}, indent=2) + "\n")
+    print("\n" + table + f"\nwritten: {RESULTS / stem}.md and .json")
+    return 0 if all(r.status != "error" for r in results) else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the servers were stopped on the way out
+        sys.exit(130)
