@@ -272,3 +272,50 @@ def test_example_repository(kit: Any, python_server: Any, client_for: Any) -> No
     assert lengths.tolist() == [[4], [5]]
     assert ids.shape == (2, 5) and ids[0, -1] == 0  # the shorter row is padded with [PAD] = 0
     assert ids[0, 0] == ids[1, 0] == 2 and ids[0, 3] == ids[1, 4] == 3  # [CLS] ... [SEP]
+
+
+def test_example_repository_over_grpc(python_server: Any) -> None:
+    """tritonclient.grpc (sync, aio, and a stream) against the example repository."""
+    import asyncio
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    import tritonclient.grpc.aio as grpcaio
+
+    examples = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+    server = python_server(examples)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+
+    def add_sub_inputs(module: Any) -> list[Any]:
+        inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        return inputs
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.is_server_ready() and client.is_model_ready("tokenizer")
+    assert client.get_model_config("add_sub").config.max_batch_size == 8
+    np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(grpcclient)).as_numpy("OUTPUT0"), a * 2)
+    text = grpcclient.InferInput("INPUT0", [1, 2], "BYTES")
+    text.set_data_from_numpy(np.array([[b"x", b"yz"]], dtype=object))
+    assert client.infer("identity_bytes", [text]).as_numpy("OUTPUT0").tolist() == [[b"x", b"yz"]]
+
+    results: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for index in range(3):
+        client.async_stream_infer("add_sub", add_sub_inputs(grpcclient), request_id=str(index))
+    answers = [results.get(timeout=60) for _ in range(3)]
+    client.stop_stream()
+    client.close()
+    assert [error for _, error in answers] == [None] * 3
+    assert sorted(r.get_response().id for r, _ in answers) == ["0", "1", "2"]
+    assert all((r.as_numpy("OUTPUT1") == 0).all() for r, _ in answers)
+
+    async def with_aio() -> list[Any]:
+        aio = grpcaio.InferenceServerClient(server.grpc_url)
+        try:
+            return await asyncio.gather(*(aio.infer("add_sub", add_sub_inputs(grpcaio)) for _ in range(4)))
+        finally:
+            await aio.close()
+
+    assert all((r.as_numpy("OUTPUT0") == a * 2).all() for r in asyncio.run(with_aio()))

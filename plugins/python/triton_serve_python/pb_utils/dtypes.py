@@ -1,11 +1,12 @@
 """Triton datatypes as models see them (numbers, names, numpy types) and the encoding of BYTES tensors."""
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from triton_serve.datatypes import deserialize_bytes, serialize_bytes
 
 from .errors import TritonModelException
 
@@ -74,44 +75,9 @@ def numpy_to_triton_type(data_type: Any) -> int | None:
 
 # ---- BYTES tensors ---------------------------------------------------------------------------
 
-def _element_bytes(item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    return str(item).encode("utf-8")
-
-
-def encode_bytes_elements(array: np.ndarray) -> bytes:
-    """Every element in row-major order as a 4-byte little-endian length and its bytes
-    (str elements as UTF-8, other objects as ``str(obj)``)."""
-    parts: list[bytes] = []
-    for item in array.ravel(order="C").tolist():
-        data = _element_bytes(item)
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def decode_bytes_elements(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
-    """Length-prefixed elements -> a 1-D object array of bytes; with ``count``, exactly that many."""
-    view = memoryview(buffer)
-    items: list[bytes] = []
-    offset, end = 0, len(view)
-    while offset < end:
-        if end - offset < 4:
-            raise ValueError("truncated length prefix in BYTES tensor data")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > end:
-            raise ValueError("a BYTES element runs past the end of the tensor data")
-        items.append(bytes(view[offset:offset + length]))
-        offset += length
-    if count is not None and len(items) != count:
-        raise ValueError(f"expected {count} BYTES elements, found {len(items)}")
-    result = np.empty(len(items), dtype=np.object_)
-    result[:] = items
-    return result
+# The wire layout is the core's: 4-byte little-endian length, then the bytes (str as UTF-8).
+encode_bytes_elements = serialize_bytes
+decode_bytes_elements = deserialize_bytes
 
 
 def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
