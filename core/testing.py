@@ -69,6 +69,15 @@ def _error(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
     raise ServerError(f"toy_error model '{model.name}' always fails", Status.INTERNAL)
 
 
+_EXECUTIONS: dict[Path, int] = {}
+
+
+def _count(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
+    """OUTPUT0 = how many requests this model directory has executed (shows whether a cache answered)."""
+    count = _EXECUTIONS[model.version_dir] = _EXECUTIONS.get(model.version_dir, 0) + 1
+    return InferenceResponse([Tensor("OUTPUT0", "INT64", (1,), np.array([count], np.int64))])
+
+
 def _repeat(model: ModelSpec, request: InferenceRequest) -> None:
     """Decoupled: one response per element of INPUT0 (INT32 count), then the final flag."""
     count = int(request.inputs["INPUT0"].data.ravel()[0])
@@ -107,11 +116,11 @@ def _toy(name: str, run: Callable[..., Any], platforms: tuple[str, ...] = ()) ->
 
 
 TOY_BACKENDS = (_toy("toy_identity", _identity, ("toy_identity_platform",)), _toy("toy_add_sub", _add_sub),
-                _toy("toy_error", _error), _toy("toy_repeat", _repeat))
+                _toy("toy_error", _error), _toy("toy_repeat", _repeat), _toy("toy_count", _count))
 
 
 class ToyBackendsPlugin:
-    """Registers the toy backends: toy_identity, toy_add_sub, toy_error and toy_repeat (decoupled)."""
+    """Registers the toy backends: toy_identity, toy_add_sub, toy_error, toy_repeat (decoupled), toy_count."""
 
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:

@@ -5,6 +5,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from ..caching import ResponseCache
+from ..errors import ServerError
 from ..hookspecs import hookimpl
 from ..inference import InferenceResponse
 from ..registry import CacheRegistry
@@ -23,7 +24,7 @@ class LocalResponseCache(ResponseCache):
         try:
             self.capacity = int(options.get("size", str(1 << 26)))
         except ValueError:
-            raise ValueError(f"--cache-config local,size must be a byte count, got '{options['size']}'") from None
+            raise ServerError(f"--cache-config local,size must be a byte count, got '{options['size']}'") from None
         self._entries: OrderedDict[str, tuple[InferenceResponse, int]] = OrderedDict()
         self._used = 0
 
