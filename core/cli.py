@@ -132,7 +132,11 @@ async def _run(options: ServerOptions) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, server.request_stop)
     await server.start()
-    logging.getLogger("triton_serve").info("serving HTTP on %s:%d", options.http_address, options.http_port)
+    log = logging.getLogger("triton_serve")
+    if options.allow_http:
+        log.info("serving HTTP on %s:%d", options.http_address, options.http_port)
+    if options.allow_grpc:
+        log.info("serving gRPC on %s:%d", options.grpc_address, options.grpc_port)
     await server.wait_stopped()
 
 
