@@ -128,7 +128,7 @@ class ModelRepository:
 
     def _locate(self, name: str) -> list[RepositorySource]:
         """The sources holding ``name``; an unknown model is an error."""
-        found = [source for source in self.sources if name in source.list_models()]
+        found = [source for source in self.sources if _holds(source, name)]
         if not found:
             raise ServerError(f"failed to load '{name}', failed to poll from model repository")
         return found
@@ -331,6 +331,14 @@ class ModelRepository:
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(self.unload(name) for name in list(self.models)))
+
+
+def _holds(source: RepositorySource, name: str) -> bool:
+    try:
+        source.model_dir(name)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def instance_specs(config: ModelConfig) -> Iterable[InstanceSpec]:

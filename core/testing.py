@@ -85,7 +85,6 @@ def _repeat(model: ModelSpec, request: InferenceRequest) -> None:
         request.send(InferenceResponse([Tensor("OUTPUT0", "INT32", (1,), np.array([i], dtype=np.int32))]),
                      final=False)
     request.send(None, final=True)
-    return None
 
 
 class ToyBackend(Backend):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-from tritonclient.utils import InferenceServerException
 
 from .conftest import ADD_SUB, DATATYPES, every_datatype_config
 

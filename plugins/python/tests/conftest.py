@@ -102,3 +102,11 @@ def client_for() -> Iterator[Callable[[RunningServer], http.InferenceServerClien
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def client(server: RunningServer) -> Iterator[http.InferenceServerClient]:
+    """An HTTP client for the test module's ``server`` fixture."""
+    client = http.InferenceServerClient(server.http_url)
+    yield client
+    client.close()

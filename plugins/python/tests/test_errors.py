@@ -95,13 +95,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Iterator[Runni
     running.stop()
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[http.InferenceServerClient]:
-    client = http.InferenceServerClient(server.http_url)
-    yield client
-    client.close()
-
-
 def _error_of(kit: Any, client: http.InferenceServerClient, model: str,
               **inputs: np.ndarray) -> InferenceServerException:
     with pytest.raises(InferenceServerException) as raised:

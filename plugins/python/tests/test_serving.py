@@ -176,13 +176,6 @@ def server(repo: Path, kit: Any) -> Iterator[RunningServer]:
     running.stop()
 
 
-@pytest.fixture
-def client(server: RunningServer) -> Iterator[http.InferenceServerClient]:
-    client = http.InferenceServerClient(server.http_url)
-    yield client
-    client.close()
-
-
 def test_all_models_are_ready(client: http.InferenceServerClient) -> None:
     index = client.get_model_repository_index()
     assert {entry["name"]: entry["state"] for entry in index} == {name: "READY" for name in (
