@@ -11,6 +11,7 @@ import sys
 from .errors import ServerError
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .pluginhost import PluginHost
+from .ratelimit import parse_resource_flag
 from .server import Server, ServerOptions
 
 
@@ -33,6 +34,13 @@ def _keyed_options(text: str) -> tuple[str, dict[str, str]]:
             raise argparse.ArgumentTypeError(f"expected <name>,<key>=<value>, got '{text}'")
         options[key] = value
     return name, options
+
+
+def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
+    try:
+        return parse_resource_flag(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     flag("--backend-config", action="append", default=[], type=_keyed_options,
          help="<backend>,<key>=<value> (repeatable)")
     flag("--cache-config", type=_keyed_options, default=None, help="<cache>,<key>=<value>, e.g. local,size=1048576")
+    flag("--rate-limit", choices=["off", "execution_count"], default="off",
+         help="execution_count: instances run only while they hold their rate_limiter resources")
+    flag("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
+         type=_rate_limit_resource, help="<name>:<count>[:<device>] (repeatable)")
     flag("--log-verbose", type=int, default=0)
     flag("--plugin", dest="plugins", action="append", default=[],
          help="'no:NAME' blocks plugin NAME (repeatable)")
@@ -107,7 +119,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         disable_auto_complete_config=args.disable_auto_complete_config or args.strict_model_config,
         model_control_mode=args.model_control_mode, load_models=args.load_models,
         model_config_name=args.model_config_name, http_max_input_size=args.http_max_input_size,
-        backend_config=backend_config, cache_config=args.cache_config, blocked_plugins=blocked)
+        backend_config=backend_config, cache_config=args.cache_config, blocked_plugins=blocked,
+        rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
 
 
 def list_plugins(argv: list[str]) -> int:

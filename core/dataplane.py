@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -93,9 +94,21 @@ class DataPlane:
         found = self.repository.get_version(request.model_name, request.model_version)
         if found.config.model_transaction_policy.decoupled:
             raise unsupported(decoupled_error)
+        ok = False
+        try:
+            response = await self._infer_once(found, request)
+            ok = True
+            return response
+        finally:
+            found.stats.record_end(request.arrival_ns, ok)
+
+    async def _infer_once(self, found: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         key = self._cache_key(found, request)
         if key is not None:
+            started = time.monotonic_ns()
             cached = self.cache.lookup(key)  # type: ignore[union-attr]
+            (found.stats.cache_hit if cached is not None else found.stats.cache_miss).add(
+                time.monotonic_ns() - started)
             if cached is not None:
                 return cached
         self._submit(found, request)
@@ -112,15 +125,24 @@ class DataPlane:
         Error responses are yielded, not raised, so a stream can carry on after them.
         """
         found = self.repository.get_version(request.model_name, request.model_version)
-        self._submit(found, request)
-        async for response, final in request.responses():
-            yield (self._finish(found, request, response) if response is not None else None), final
+        ok = False
+        try:
+            self._submit(found, request)
+            ok = True
+            async for response, final in request.responses():
+                if response is not None:
+                    response = self._finish(found, request, response)
+                    ok = ok and response.error is None
+                yield response, final
+        finally:
+            found.stats.record_end(request.arrival_ns, ok)
 
     def _submit(self, found: ModelVersion, request: InferenceRequest) -> None:
         request.model_version = found.version
         validate_request(found.config, request)
         if found.scheduler is None:
             raise internal(f"model '{request.model_name}' version {found.version} has no scheduler")
+        request.enqueued_ns = time.monotonic_ns()
         found.scheduler.enqueue(request)
 
     def _finish(self, found: ModelVersion, request: InferenceRequest,
@@ -143,6 +165,27 @@ class DataPlane:
         for output in request.outputs:
             digest.update(f"\0out\0{output.name}\0{sorted(output.parameters.items())}".encode())
         return digest.hexdigest()
+
+    # ---- statistics -------------------------------------------------------------------------
+
+    def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
+        """Triton's ``model_stats`` entries: every loaded version of every model when ``name`` is
+        empty, else the named model's (one version when given, else each ready version)."""
+        if not name:
+            if version is not None:
+                raise ServerError("statistics for a model version need the model name")
+            return [found.stats.as_dict(model_name, found.version)
+                    for model_name in sorted(self.repository.models)
+                    for found in self._versions_with_stats(model_name)]
+        if version is not None:
+            found = self.repository.get_version(name, version)
+            return [found.stats.as_dict(name, found.version)]
+        self.repository.get_version(name)  # the model must exist and be ready
+        return [found.stats.as_dict(name, found.version) for found in self._versions_with_stats(name)]
+
+    def _versions_with_stats(self, name: str) -> list[ModelVersion]:
+        model = self.repository.models[name]
+        return sorted((v for v in model.versions.values() if v.is_ready()), key=lambda v: v.version)
 
     # ---- repository -------------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ def tserve_register_schedulers(registry: SchedulerRegistry) -> None:
 
     Called once at start-up. The kind is one of "default" (configs with no scheduling choice),
     "dynamic_batching", "sequence_batching" or "ensemble_scheduling"; the factory is called as
-    ``factory(model_spec, instances)`` for each model version that loads and returns a Scheduler.
+    ``factory(model_spec, pool)`` for each model version that loads (``pool`` is the version's
+    InstancePool) and returns a Scheduler.
     """
 
 

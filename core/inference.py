@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,8 +62,8 @@ class InferenceRequest:
 
     __slots__ = (
         "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
-        "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled",
-        "_queue", "_finished",
+        "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled", "arrival_ns",
+        "enqueued_ns", "_queue", "_finished",
     )
 
     def __init__(
@@ -87,6 +88,8 @@ class InferenceRequest:
         self.sequence_start = False
         self.sequence_end = False
         self.cancelled = asyncio.Event()
+        self.arrival_ns = time.monotonic_ns()  # when the front-end received it
+        self.enqueued_ns = self.arrival_ns  # when the data plane handed it to the scheduler
         self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
         self._finished = False
 

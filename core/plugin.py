@@ -7,11 +7,11 @@ from .errors import ServerError, Status
 from .hookspecs import hookimpl
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from .registry import BackendRegistry, CacheRegistry, SchedulerRegistry
-from .scheduling import InstancePool, Scheduler, execute_batch
+from .scheduling import InstancePool, Scheduler
 from .sources import RepositorySource
 
 __all__ = [
     "Backend", "BackendRegistry", "CacheRegistry", "InferenceRequest", "InferenceResponse", "InstancePool",
     "InstanceSpec", "ModelInstance", "ModelSpec", "RepositorySource", "RequestedOutput", "ResponseCache",
-    "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor", "execute_batch", "hookimpl",
+    "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor", "hookimpl",
 ]

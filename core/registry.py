@@ -1,17 +1,17 @@
 """Registries that registration hooks fill: backends, schedulers and response caches by name."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from .backend import Backend, ModelInstance, ModelSpec
+from .backend import Backend, ModelSpec
 from .caching import ResponseCache
 from .errors import ServerError, Status
-from .scheduling import Scheduler
+from .scheduling import InstancePool, Scheduler
 
 T = TypeVar("T")
 
-SchedulerFactory = Callable[[ModelSpec, Sequence[ModelInstance]], Scheduler]
+SchedulerFactory = Callable[[ModelSpec, InstancePool], Scheduler]
 CacheFactory = Callable[[Mapping[str, str]], ResponseCache]
 
 # Which distribution to install for a backend, platform or scheduler that no plugin provides.

@@ -4,19 +4,21 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
 from .config import apply_defaults, read_config
 from .config_validation import validate_config
+from .devices import visible_gpu_ids
 from .errors import ServerError, Status, not_found, unavailable
 from .pluginhost import PluginHost
 from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from .ratelimit import RateLimiter
 from .registry import install_hint
-from .scheduling import Scheduler
+from .scheduling import InstancePool, Scheduler
 from .sources import RepositorySource
+from .statistics import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class ModelVersion:
     instances: list[ModelInstance] = field(default_factory=list)
     scheduler: Scheduler | None = None
     labels: dict[str, list[str]] = field(default_factory=dict)
+    stats: ModelStats = field(default_factory=ModelStats)
 
     @property
     def version(self) -> int:
@@ -48,10 +51,11 @@ class ModelVersion:
         return self.spec.config
 
     def is_ready(self) -> bool:
-        return self.state is VersionState.READY and all(i.is_ready() for i in self.instances)
+        """Loaded, with at least one instance able to serve (the pool routes around the others)."""
+        return self.state is VersionState.READY and any(i.is_ready() for i in self.instances)
 
     def not_ready_reason(self) -> str:
-        """Why a loaded version cannot serve right now (an instance is down), or its load failure."""
+        """Why a loaded version cannot serve right now (its instances are down), or its load failure."""
         if self.state is VersionState.READY:
             return "; ".join(i.not_ready_reason() for i in self.instances if not i.is_ready())
         return self.reason
@@ -82,6 +86,7 @@ class RepositoryOptions:
     disable_auto_complete_config: bool = False
     model_config_name: str = ""
     drain_timeout_s: float = 30.0  # how long unload waits for in-flight requests before unloading anyway
+    rate_limiter: RateLimiter | None = None  # shared by every model; None: no rate limiting
 
 
 def version_dirs(model_dir: Path) -> list[int]:
@@ -282,13 +287,15 @@ class ModelRepository:
         spec = version.spec
         try:
             version.labels = _read_labels(spec)
-            for instance_spec in instance_specs(spec.config):
+            specs = instance_specs(spec.name, spec.config)
+            for instance_spec in specs:
                 version.instances.append(backend.create_instance(spec, instance_spec))
             await asyncio.gather(*(instance.load() for instance in version.instances))
             kind = spec.config.WhichOneof("scheduling_choice") or "default"
             factory = self.plugins.schedulers.get(kind)
             assert factory is not None
-            version.scheduler = factory(spec, version.instances)
+            pool = InstancePool(spec, version.instances, specs, stats=version.stats, limiter=self.options.rate_limiter)
+            version.scheduler = factory(spec, pool)
             await version.scheduler.start()
         except Exception as error:
             message = error.message if isinstance(error, ServerError) else f"{type(error).__name__}: {error}"
@@ -341,16 +348,28 @@ def _holds(source: RepositorySource, name: str) -> bool:
     return True
 
 
-def instance_specs(config: ModelConfig) -> Iterable[InstanceSpec]:
-    """One InstanceSpec per instance: ``count`` per group, and per listed GPU for KIND_GPU groups."""
+def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
+    """One InstanceSpec per instance: ``count`` per group, times each GPU for KIND_GPU groups
+    (the listed ``gpus``, else every visible GPU). Raises if a KIND_GPU group has no GPU to use."""
+    specs = []
     for group in config.instance_group:
         kind = ModelInstanceGroup.Kind.Name(group.kind).removeprefix("KIND_")
-        devices = list(group.gpus) if group.kind == ModelInstanceGroup.KIND_GPU else [0]
+        devices = [0]
+        if group.kind == ModelInstanceGroup.KIND_GPU:
+            visible = visible_gpu_ids()
+            devices = list(group.gpus) or visible
+            missing = [gpu for gpu in devices if gpu not in visible]
+            if not devices or missing:
+                found = f"visible GPUs are {visible}" if visible else "no GPU is visible on this machine"
+                wanted = f"GPU(s) {missing}" if missing else "a GPU"
+                raise ServerError(f"instance group '{group.name}' of model '{name}' is KIND_GPU and needs "
+                                  f"{wanted}, but {found}")
         index = 0
         for device in devices:
             for _ in range(group.count):
-                yield InstanceSpec(f"{group.name}_{index}", group, index, kind, device)
+                specs.append(InstanceSpec(f"{group.name}_{index}", group, index, kind, device))
                 index += 1
+    return specs
 
 
 def _read_labels(spec: ModelSpec) -> dict[str, list[str]]:

@@ -1,29 +1,161 @@
-"""The scheduler API and the helpers every scheduler uses to run a batch on an instance."""
+"""The scheduler API, and the instance pool every scheduler runs its batches through."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 
-from .backend import ModelInstance, ModelSpec
-from .errors import ServerError, internal
+from .backend import InstanceSpec, ModelInstance, ModelSpec
+from .batch import request_batch_size
+from .errors import ServerError, Status, internal
 from .inference import InferenceRequest
+from .ratelimit import RateLimiter, ResourceClaim
+from .statistics import ModelStats, start_timing, stop_timing
 
 log = logging.getLogger(__name__)
+
+
+class InstancePool:
+    """The instances of one model version: hands out idle ones and runs batches on them.
+
+    ``async with pool.acquire() as instance`` waits for an idle instance (a ready one while any
+    instance is ready, so a restarting instance gets no work), and for its rate-limiter
+    resources; ``await pool.run(instance, requests)`` executes a batch and records statistics.
+    """
+
+    def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance],
+                 specs: Sequence[InstanceSpec] = (), *, stats: ModelStats | None = None,
+                 limiter: RateLimiter | None = None) -> None:
+        self.model = model
+        self.instances = list(instances)
+        self.stats = stats if stats is not None else ModelStats()
+        self._limiter = limiter
+        self._claims: dict[int, ResourceClaim] = {}
+        if limiter is not None:
+            self._claims = {id(i): limiter.claim(model.name, s) for i, s in zip(instances, specs)}
+        self._idle: deque[ModelInstance] = deque(self.instances)
+        self._waiters: deque[asyncio.Future[ModelInstance]] = deque()
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[ModelInstance]:
+        instance = await self._take()
+        claim = self._claims.get(id(instance))
+        try:
+            if claim is not None:
+                await self._limiter.acquire(claim)  # type: ignore[union-attr]
+            try:
+                yield instance
+            finally:
+                if claim is not None:
+                    self._limiter.release(claim)  # type: ignore[union-attr]
+        finally:
+            self._give_back(instance)
+
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    def _pick(self) -> ModelInstance | None:
+        for instance in self._idle:
+            if instance.is_ready():
+                self._idle.remove(instance)
+                return instance
+        if self._idle and not any(i.is_ready() for i in self.instances):
+            return self._idle.popleft()  # nothing is ready: let the request fail fast with the reason
+        return None
+
+    async def _take(self) -> ModelInstance:
+        if not self._waiters:
+            instance = self._pick()
+            if instance is not None:
+                return instance
+        future: asyncio.Future[ModelInstance] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._give_back(future.result())
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(future)
+            raise
+
+    def _give_back(self, instance: ModelInstance) -> None:
+        self._idle.append(instance)
+        while self._waiters:
+            if self._waiters[0].done():
+                self._waiters.popleft()
+                continue
+            picked = self._pick()
+            if picked is None:
+                return
+            self._waiters.popleft().set_result(picked)
+
+    async def run(self, instance: ModelInstance, requests: Sequence[InferenceRequest]) -> None:
+        """Execute ``requests`` as one batch on ``instance``; every request ends with a final
+        response. Requests cancelled while queued are answered CANCELLED and not executed."""
+        now = time.monotonic_ns()
+        live = []
+        for request in requests:
+            if request.cancelled.is_set():
+                request.fail(ServerError(f"request to model '{request.model_name}' was cancelled", Status.CANCELLED))
+            else:
+                self.stats.record_queue(now - request.enqueued_ns)
+                live.append(request)
+        if live:
+            await self._execute(instance, live)
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> None:
+        """Wait for an idle instance and run ``requests`` on it."""
+        async with self.acquire() as instance:
+            await self.run(instance, requests)
+
+    async def _execute(self, instance: ModelInstance, requests: list[InferenceRequest]) -> None:
+        timing, token = start_timing()
+        try:
+            responses = await instance.execute(requests)
+        except ServerError as error:
+            responses, failure = None, error
+        except Exception as error:  # a backend bug must fail its requests, not the server
+            log.exception("model '%s' failed to execute", requests[0].model_name)
+            responses, failure = None, internal(f"{type(error).__name__}: {error}")
+        else:
+            failure = None
+            if responses is not None and len(responses) != len(requests):
+                failure = internal(f"model '{requests[0].model_name}' returned {len(responses)} responses "
+                                   f"for {len(requests)} requests")
+                responses = None
+        finally:
+            stop_timing(token)
+        if failure is None:
+            sizes = [request_batch_size(request, self.model.config) for request in requests]
+            self.stats.record_execution(sizes, timing, time.monotonic_ns())
+        if responses is not None:
+            for request, response in zip(requests, responses):
+                if not request.finished:
+                    request.send(response)
+            return
+        for request in requests:
+            if failure is not None:
+                request.fail(failure)
+            elif not request.finished:
+                request.fail(internal(f"model '{request.model_name}' finished without a final response"))
 
 
 class Scheduler(ABC):
     """Decides when and on which instance each request of one model version runs.
 
     Registered per scheduling kind: "default" (no ``scheduling_choice`` in the config),
-    "dynamic_batching", "sequence_batching" or "ensemble_scheduling". Runs on the event loop.
+    "dynamic_batching", "sequence_batching" or "ensemble_scheduling". Runs on the event loop;
+    runs batches through ``self.pool`` (``pool.acquire()`` + ``pool.run()``, or ``pool.execute()``).
     """
 
-    def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance]) -> None:
+    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
         self.model = model
-        self.instances = list(instances)
+        self.pool = pool
 
     @abstractmethod
     def enqueue(self, request: InferenceRequest) -> None:
@@ -35,48 +167,3 @@ class Scheduler(ABC):
 
     async def stop(self) -> None:
         """Stop accepting work and wait until every accepted request has been answered."""
-
-
-class InstancePool:
-    """Hands out idle instances: ``async with pool.acquire() as instance`` waits for one."""
-
-    def __init__(self, instances: Sequence[ModelInstance]) -> None:
-        self._idle: asyncio.Queue[ModelInstance] = asyncio.Queue()
-        for instance in instances:
-            self._idle.put_nowait(instance)
-
-    @contextlib.asynccontextmanager
-    async def acquire(self) -> AsyncIterator[ModelInstance]:
-        instance = await self._idle.get()
-        try:
-            yield instance
-        finally:
-            self._idle.put_nowait(instance)
-
-
-async def execute_batch(instance: ModelInstance, requests: Sequence[InferenceRequest]) -> None:
-    """Run ``requests`` on ``instance`` and make sure every request ends with a final response."""
-    try:
-        responses = await instance.execute(requests)
-    except ServerError as error:
-        responses, failure = None, error
-    except Exception as error:  # a backend bug must fail its requests, not the server
-        log.exception("model '%s' failed to execute", requests[0].model_name if requests else "?")
-        responses, failure = None, internal(f"{type(error).__name__}: {error}")
-    else:
-        failure = None
-        if responses is not None and len(responses) != len(requests):
-            failure = internal(
-                f"model '{requests[0].model_name}' returned {len(responses)} responses "
-                f"for {len(requests)} requests")
-            responses = None
-    if responses is not None:
-        for request, response in zip(requests, responses):
-            if not request.finished:
-                request.send(response)
-        return
-    for request in requests:
-        if failure is not None:
-            request.fail(failure)
-        elif not request.finished:
-            request.fail(internal(f"model '{request.model_name}' finished without a final response"))

@@ -15,13 +15,16 @@ from .errors import ServerError, Status
 from .grpc_frontend.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .pluginhost import PluginHost
+from .ratelimit import RateLimiter
 from .repository import ModelRepository, RepositoryOptions
 
 log = logging.getLogger("triton_serve")
 
 # Extensions the core serves itself; the list in server metadata holds only what works.
 CORE_EXTENSIONS = ["classification", "model_repository", "model_configuration", "binary_tensor_data",
-                   "parameters"]
+                   "parameters", "statistics"]
+# Extensions that exist once a plugin registers the scheduler behind them.
+SCHEDULER_EXTENSIONS = {"dynamic_batching": "schedule_policy", "sequence_batching": "sequence"}
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_repository"
 
 
@@ -51,6 +54,8 @@ class ServerOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     cache_config: tuple[str, dict[str, str]] | None = None
     blocked_plugins: list[str] = field(default_factory=list)
+    rate_limit: str = "off"  # or "execution_count"
+    rate_limit_resources: dict[tuple[str, int | None], int] = field(default_factory=dict)
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
 
 
@@ -66,9 +71,12 @@ class Server:
         self.repository = ModelRepository(sources, self.plugins, RepositoryOptions(
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
-            model_config_name=options.model_config_name))
+            model_config_name=options.model_config_name,
+            rate_limiter=RateLimiter(options.rate_limit == "execution_count", options.rate_limit_resources)))
+        extensions = CORE_EXTENSIONS + [extension for kind, extension in SCHEDULER_EXTENSIONS.items()
+                                        if self.plugins.schedulers.get(kind) is not None]
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
-                                   extensions=list(CORE_EXTENSIONS), cache=self._make_cache(),
+                                   extensions=extensions, cache=self._make_cache(),
                                    control_mode=options.model_control_mode)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()

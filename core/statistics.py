@@ -1,7 +1,7 @@
 """Per-model-version inference statistics (Triton's statistics extension).
 
 The data plane records each request's end (success or fail, measured from arrival) and
-cache hits; ``scheduling.execute_batch`` records queue and compute times per execution.
+cache hits; ``InstancePool.run`` records queue and compute times per execution.
 A backend may split its compute time into input, infer and output phases by calling
 ``mark_inputs_ready()`` and ``mark_outputs_ready()`` from inside ``execute`` (the batch
 helpers in ``triton_serve.batch`` do this); otherwise the whole call counts as infer.

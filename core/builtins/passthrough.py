@@ -2,31 +2,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-
-from ..backend import ModelInstance, ModelSpec
+from ..backend import ModelSpec
 from ..hookspecs import hookimpl
 from ..inference import InferenceRequest
 from ..registry import SchedulerRegistry
-from ..scheduling import InstancePool, Scheduler, execute_batch
+from ..scheduling import InstancePool, Scheduler
 
 
 class PassThroughScheduler(Scheduler):
     """No batching, no queue policy: requests wait for an idle instance in arrival order."""
 
-    def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance]) -> None:
-        super().__init__(model, instances)
-        self._pool = InstancePool(instances)
+    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
+        super().__init__(model, pool)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def enqueue(self, request: InferenceRequest) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(request))
+        task = asyncio.get_running_loop().create_task(self.pool.execute([request]))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, request: InferenceRequest) -> None:
-        async with self._pool.acquire() as instance:
-            await execute_batch(instance, [request])
 
     async def stop(self) -> None:
         if self._tasks:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import json_format
 
 from ..dataplane import DataPlane
 from ..errors import ServerError, unsupported
@@ -132,9 +133,15 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         await self.dataplane.unload_model(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
+    # ---- statistics -------------------------------------------------------------------------
+
+    @_rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        stats = self.dataplane.model_statistics(request.name, parse_version(request.version))
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+
     # ---- features not built yet ---------------------------------------------------------------
 
-    ModelStatistics = _not_built("ModelStatistics", "statistics")
     SystemSharedMemoryStatus = _not_built("SystemSharedMemoryStatus", "system_shared_memory")
     SystemSharedMemoryRegister = _not_built("SystemSharedMemoryRegister", "system_shared_memory")
     SystemSharedMemoryUnregister = _not_built("SystemSharedMemoryUnregister", "system_shared_memory")

@@ -44,6 +44,7 @@ class HttpFrontend:
             Route("/v2/health/live", self.live, methods=["GET"]),
             Route("/v2/health/ready", self.ready, methods=["GET"]),
             Route("/v2", self.server_metadata, methods=["GET"]),
+            Route("/v2/models/stats", self.model_statistics, methods=["GET"]),
             Route("/v2/repository/index", self.repository_index, methods=["POST"]),
             Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
             Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
@@ -56,6 +57,7 @@ class HttpFrontend:
                 Route(prefix, self.model_metadata, methods=["GET"]),
                 Route(prefix + "/ready", self.model_ready, methods=["GET"]),
                 Route(prefix + "/config", self.model_config, methods=["GET"]),
+                Route(prefix + "/stats", self.model_statistics, methods=["GET"]),
                 Route(prefix + "/infer", self.infer, methods=["POST"]),
             ]
         return Starlette(routes=routes, exception_handlers={
@@ -92,6 +94,10 @@ class HttpFrontend:
 
     async def model_config(self, request: Request) -> Response:
         return JSONResponse(self.dataplane.model_config_json(request.path_params["model"], _version(request)))
+
+    async def model_statistics(self, request: Request) -> Response:
+        stats = self.dataplane.model_statistics(request.path_params.get("model", ""), _version(request))
+        return JSONResponse({"model_stats": stats})
 
     # ---- inference --------------------------------------------------------------------------
 
