@@ -63,7 +63,7 @@ class InferenceRequest:
     __slots__ = (
         "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
         "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled", "arrival_ns",
-        "enqueued_ns", "_queue", "_finished",
+        "enqueued_ns", "response_gate", "_queue", "_finished",
     )
 
     def __init__(
@@ -90,6 +90,9 @@ class InferenceRequest:
         self.cancelled = asyncio.Event()
         self.arrival_ns = time.monotonic_ns()  # when the front-end received it
         self.enqueued_ns = self.arrival_ns  # when the data plane handed it to the scheduler
+        # A scheduler may set a future here: responses reach the client only once it is done
+        # (the dynamic batcher's preserve_ordering).
+        self.response_gate: asyncio.Future[None] | None = None
         self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
         self._finished = False
 
@@ -111,8 +114,10 @@ class InferenceRequest:
             self.send(InferenceResponse.from_error(error))
 
     async def responses(self) -> AsyncIterator[tuple[InferenceResponse | None, bool]]:
-        """Yield ``(response, final)`` pairs until the final one."""
+        """Yield ``(response, final)`` pairs until the final one (after ``response_gate``, if set)."""
         while True:
+            if self.response_gate is not None:
+                await self.response_gate
             response, final = await self._queue.get()
             yield response, final
             if final:

@@ -23,8 +23,9 @@ class InstancePool:
     """The instances of one model version: hands out idle ones and runs batches on them.
 
     ``async with pool.acquire() as instance`` waits for an idle instance (a ready one while any
-    instance is ready, so a restarting instance gets no work), and for its rate-limiter
-    resources; ``await pool.run(instance, requests)`` executes a batch and records statistics.
+    instance is ready, so a restarting instance gets no work); ``await pool.run(instance,
+    requests)`` waits for the instance's rate-limiter resources, executes the batch and records
+    statistics.
     """
 
     def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance],
@@ -43,15 +44,8 @@ class InstancePool:
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[ModelInstance]:
         instance = await self._take()
-        claim = self._claims.get(id(instance))
         try:
-            if claim is not None:
-                await self._limiter.acquire(claim)  # type: ignore[union-attr]
-            try:
-                yield instance
-            finally:
-                if claim is not None:
-                    self._limiter.release(claim)  # type: ignore[union-attr]
+            yield instance
         finally:
             self._give_back(instance)
 
@@ -105,8 +99,17 @@ class InstancePool:
             else:
                 self.stats.record_queue(now - request.enqueued_ns)
                 live.append(request)
-        if live:
+        if not live:
+            return
+        claim = self._claims.get(id(instance))
+        if claim is None:
             await self._execute(instance, live)
+            return
+        await self._limiter.acquire(claim)  # type: ignore[union-attr]
+        try:
+            await self._execute(instance, live)
+        finally:
+            self._limiter.release(claim)  # type: ignore[union-attr]
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> None:
         """Wait for an idle instance and run ``requests`` on it."""

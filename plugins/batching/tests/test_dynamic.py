@@ -1,0 +1,211 @@
+"""The dynamic batcher through tritonclient HTTP and gRPC, proven by outputs and statistics."""
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+def _inputs(module: Any, delay: float = 0.0, rows: int = 1, width: int = 1) -> list[Any]:
+    tensor = module.InferInput("INPUT0", [rows, width], "FP32")
+    tensor.set_data_from_numpy(np.full((rows, width), delay, np.float32))
+    return [tensor]
+
+
+def _infer(server: Any, module: Any = httpclient, **kwargs: Any) -> dict[str, int]:
+    """One request (its own client); returns the execution number and batch size it ran in."""
+    url = server.http_url if module is httpclient else server.grpc_url
+    client = module.InferenceServerClient(url)
+    request_options = {k: kwargs.pop(k) for k in ("priority", "timeout") if k in kwargs}
+    result = client.infer("probe", _inputs(module, **kwargs), **request_options)
+    return {"execution": int(result.as_numpy("EXECUTION")[0, 0]), "batch": int(result.as_numpy("BATCH")[0, 0]),
+            "done": time.monotonic()}
+
+
+def _concurrently(calls: list[Any], stagger_s: float = 0.0) -> list[Any]:
+    """Run the calls on threads, started ``stagger_s`` apart; results (or exceptions) in call order."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        futures = []
+        for call in calls:
+            futures.append(pool.submit(call))
+            time.sleep(stagger_s)
+        results = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except InferenceServerException as error:
+                results.append(error)
+        return results
+
+
+def _stats(server: Any) -> dict[str, Any]:
+    return httpclient.InferenceServerClient(server.http_url).get_inference_statistics("probe")["model_stats"][0]
+
+
+def _batch_sizes(stats: dict[str, Any]) -> dict[int, int]:
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_concurrent_requests_under_a_long_delay_form_one_full_batch(serve_probe, module) -> None:
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 20000000 }", max_batch_size=4)
+    started = time.monotonic()
+    results = _concurrently([lambda: _infer(server, module)] * 4)
+    assert time.monotonic() - started < 10  # a full batch goes at once, not after the 20 s delay
+    assert {r["batch"] for r in results} == {4} and {r["execution"] for r in results} == {1}
+    stats = _stats(server)
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 4
+    assert _batch_sizes(stats) == {4: 1}
+    assert stats["inference_stats"]["success"]["count"] == 4
+    assert stats["inference_stats"]["queue"]["count"] == 4
+
+
+def test_delay_expiry_sends_a_partial_batch(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 300000 }", max_batch_size=8)
+    results = _concurrently([lambda: _infer(server)] * 3)
+    assert [r["batch"] for r in results] == [3, 3, 3]
+    assert _batch_sizes(_stats(server)) == {3: 1}
+
+
+def test_a_request_with_batch_dimension_n_counts_as_n(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 100000 }", max_batch_size=4)
+    results = _concurrently([lambda: _infer(server, rows=2), lambda: _infer(server, rows=2),
+                             lambda: _infer(server, rows=3)], stagger_s=0.05)
+    # 2 + 2 fill the batch of 4; the request of 3 cannot join it and runs alone.
+    assert [r["batch"] for r in results] == [4, 4, 3]
+    stats = _stats(server)
+    assert _batch_sizes(stats) == {4: 1, 3: 1} and stats["inference_count"] == 7
+
+
+def test_preferred_batch_size_is_sent_without_waiting_for_the_delay(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    server = serve_probe("dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 400000 }")
+    results = _concurrently([lambda: _infer(server)] * 3, stagger_s=0.02)
+    # Three queued: the preferred 2 go at once, the third waits out the queue delay alone.
+    assert sorted(r["batch"] for r in results) == [1, 2, 2]
+    assert _batch_sizes(_stats(server)) == {1: 1, 2: 1}
+
+
+def test_shapes_that_cannot_batch_run_apart(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "2")
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 100000 }")
+    results = _concurrently([lambda: _infer(server, width=2), lambda: _infer(server, width=3)], stagger_s=0.05)
+    assert [r["batch"] for r in results] == [1, 1]
+    assert _batch_sizes(_stats(server)) == {1: 2}
+
+
+def test_ragged_inputs_batch_despite_different_shapes(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "2")
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 100000 }", ragged=True)
+    results = _concurrently([lambda: _infer(server, width=2), lambda: _infer(server, width=3)], stagger_s=0.05)
+    assert [r["batch"] for r in results] == [2, 2]
+
+
+def test_priorities_reorder_the_queue(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    server = serve_probe("""
+dynamic_batching { max_queue_delay_microseconds: 0 priority_levels: 2 default_priority_level: 2 }""",
+                         max_batch_size=1)
+    low1, high, low2 = _concurrently([lambda: _infer(server), lambda: _infer(server, priority=1),
+                                      lambda: _infer(server, module=grpcclient, priority=2)], stagger_s=0.1)
+    assert high["execution"] == 1
+    assert (low1["execution"], low2["execution"]) == (2, 3)
+
+
+def test_priority_outside_the_levels_is_rejected_and_the_queue_goes_on(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { priority_levels: 2 default_priority_level: 1 }")
+    with pytest.raises(InferenceServerException) as raised:
+        _infer(server, priority=3)
+    assert raised.value.status() == "400"
+    assert "priority 3" in raised.value.message() and "1 to 2" in raised.value.message()
+    assert _infer(server, priority=2)["batch"] == 1
+
+
+def test_full_queue_answers_503_and_grpc_unavailable(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { default_queue_policy { max_queue_size: 1 } }", max_batch_size=1)
+    blocker = concurrent.futures.ThreadPoolExecutor(2)
+    running = blocker.submit(_infer, server, delay=0.6)
+    time.sleep(0.2)  # the blocker executes; the queue is empty
+    queued = blocker.submit(_infer, server)
+    time.sleep(0.1)  # one request waits: the queue is full
+    response = httpx.post(f"http://{server.http_url}/v2/models/probe/infer", json={"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]})
+    assert response.status_code == 503 and response.json()["error"] == "Exceeds maximum queue size"
+    with pytest.raises(InferenceServerException) as raised:
+        _infer(server, module=grpcclient)
+    assert raised.value.status() == "StatusCode.UNAVAILABLE"
+    assert running.result()["execution"] == 1 and queued.result()["execution"] == 2
+    blocker.shutdown()
+    assert _infer(server)["execution"] == 3  # the queue works again
+
+
+def test_queue_timeout_rejects(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { default_queue_policy { default_timeout_microseconds: 100000 } }",
+                         max_batch_size=1)
+    blocked, late = _concurrently([lambda: _infer(server, delay=0.5), lambda: _infer(server)], stagger_s=0.15)
+    assert blocked["execution"] == 1
+    assert isinstance(late, InferenceServerException)
+    assert late.status() == "503" and "Request timeout expired" in late.message()
+    stats = _stats(server)
+    assert stats["inference_stats"]["fail"]["count"] == 1 and stats["execution_count"] == 1
+
+
+def test_queue_timeout_delays_behind_requests_that_did_not_expire(serve_probe) -> None:
+    server = serve_probe("""
+dynamic_batching { default_queue_policy { timeout_action: DELAY allow_timeout_override: true } }""",
+                         max_batch_size=1)
+    # The blocker runs 0.5 s; the first waiter's 100 ms timeout expires, the second has none.
+    blocker, expired, patient = _concurrently([
+        lambda: _infer(server, delay=0.5), lambda: _infer(server, timeout=100_000), lambda: _infer(server)],
+        stagger_s=0.15)
+    assert blocker["execution"] == 1
+    assert patient["execution"] == 2 and expired["execution"] == 3
+
+
+def test_timeout_override_needs_allow_timeout_override(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { default_queue_policy { default_timeout_microseconds: 1000000 } }")
+    with pytest.raises(InferenceServerException) as raised:
+        _infer(server, module=grpcclient, timeout=5000)
+    assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "allow_timeout_override" in raised.value.message()
+    assert _infer(server)["batch"] == 1
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+def test_preserve_ordering(serve_probe, preserve: bool) -> None:
+    server = serve_probe(f"""
+dynamic_batching {{ preserve_ordering: {str(preserve).lower()} }}
+instance_group [ {{ count: 2 kind: KIND_CPU }} ]""", max_batch_size=1)
+    slow, fast = _concurrently([lambda: _infer(server, delay=0.6), lambda: _infer(server, delay=0.05)],
+                               stagger_s=0.1)
+    assert {slow["execution"], fast["execution"]} == {1, 2}  # both ran, on two instances at once
+    if preserve:
+        assert fast["done"] >= slow["done"]
+    else:
+        assert fast["done"] < slow["done"]
+
+
+def test_two_instances_serve_two_requests_at_once(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { }\ninstance_group [ { count: 2 kind: KIND_CPU } ]", max_batch_size=1)
+    started = time.monotonic()
+    results = _concurrently([lambda: _infer(server, delay=0.5)] * 2)
+    assert [r["batch"] for r in results] == [1, 1]
+    # Both finished within one execution of 0.5 s of each other: neither waited for the other.
+    assert abs(results[0]["done"] - results[1]["done"]) < 0.4
+    stats = _stats(server)
+    assert stats["execution_count"] == 2 and stats["inference_stats"]["queue"]["ns"] < 0.4e9
+    assert time.monotonic() - started < 1.0
+
+
+def test_server_metadata_lists_schedule_policy(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { }")
+    extensions = httpclient.InferenceServerClient(server.http_url).get_server_metadata()["extensions"]
+    assert "schedule_policy" in extensions and "statistics" in extensions

@@ -1,0 +1,1 @@
+"""Triton's dynamic batcher and sequence batcher as a triton-serve scheduler plugin."""
