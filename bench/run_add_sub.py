@@ -8,11 +8,13 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -46,6 +48,7 @@ class Ports:
 @dataclass
 class Result:
     server: str
+    variant: str  # "plain" (the model's own config) or "batched" (dynamic_batching added)
     protocol: str
     concurrency: int
     status: str  # "ok"; "unstable" (infer/s is the mean of the last windows, no percentiles); "error"
@@ -154,7 +157,7 @@ def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: ar
                "--measurement-interval", str(args.measurement_interval), "--max-trials", str(args.max_trials),
                "--stability-percentage", str(args.stability_percentage), "-f", str(csv_path)]
     timeout = 2 * args.max_trials * args.measurement_interval / 1000 + 30
-    result = Result(server, protocol, concurrency, "error")
+    result = Result(server, args.variant, protocol, concurrency, "error")
     for _ in range(args.attempts):
         csv_path.unlink(missing_ok=True)
         try:
@@ -178,24 +181,35 @@ def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: ar
     return result
 
 
-def bench_server(server: str, args: argparse.Namespace, stem: str) -> list[Result]:
+def batched_repository(args: argparse.Namespace, scratch: Path) -> Path:
+    """A copy of the model whose config.pbtxt gains ``dynamic_batching`` (replacing any it had)."""
+    target = scratch / args.model
+    shutil.copytree(args.model_repository / args.model, target)
+    config = (target / "config.pbtxt").read_text()
+    config = re.sub(r"dynamic_batching\s*\{[^}]*\}", "", config)
+    delay = args.max_queue_delay_us
+    (target / "config.pbtxt").write_text(config + f"\ndynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n")
+    return scratch
+
+
+def bench_server(server: str, args: argparse.Namespace, stem: str, repository: Path) -> list[Result]:
     matrix = [(protocol, concurrency) for protocol in args.protocols for concurrency in args.concurrency]
     ports = free_ports()
-    command, env = SERVERS[server](server_flags(args.model_repository, args.model, ports))
+    command, env = SERVERS[server](server_flags(repository, args.model, ports))
     base = f"http://{LOOPBACK}:{ports.http}/v2"
     urls = [f"{base}/health/ready", f"{base}/models/{args.model}/ready"]
-    log_path = RESULTS / f"{stem}-{server}.log"
+    log_path = RESULTS / f"{stem}-{server}-{args.variant}.log"
     print(f"{server}: {' '.join(command)}", flush=True)
     results: list[Result] = []
     try:
         with running(command, env, urls, args.start_timeout, log_path):
             for protocol, concurrency in matrix:
                 result = measure(server, protocol, concurrency, ports, args, RESULTS / f"{stem}-last.csv")
-                print(f"  {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}", flush=True)
+                print(f"  {args.variant} {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}", flush=True)
                 results.append(result)
     except ServerFailed as error:
         print(f"  {server} failed: {error}", file=sys.stderr)
-        results = [Result(server, p, c, "error", detail=f"server {error}") for p, c in matrix]
+        results = [Result(server, args.variant, p, c, "error", detail=f"server {error}") for p, c in matrix]
     (RESULTS / f"{stem}-last.csv").unlink(missing_ok=True)
     return results
 
@@ -220,15 +234,15 @@ def fmt_ratio(ours: Result | None, triton: Result | None) -> str:
 
 
 def markdown(results: list[Result], servers: list[str], header: str) -> str:
-    by_key = {(r.server, r.protocol, r.concurrency): r for r in results}
+    by_key = {(r.server, r.variant, r.protocol, r.concurrency): r for r in results}
     columns = ["config", *(f"{s} infer/s" for s in servers)]
     if servers == ["ours", "triton"]:
         columns.append("ours/triton")
     columns += [f"{s} p50 / p99 (µs)" for s in servers]
     lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for protocol, concurrency in dict.fromkeys((r.protocol, r.concurrency) for r in results):
-        row = [by_key.get((s, protocol, concurrency)) for s in servers]
-        cells = [f"{protocol} c={concurrency}", *(fmt_rate(r) for r in row)]
+    for variant, protocol, concurrency in dict.fromkeys((r.variant, r.protocol, r.concurrency) for r in results):
+        row = [by_key.get((s, variant, protocol, concurrency)) for s in servers]
+        cells = [f"{variant} {protocol} c={concurrency}", *(fmt_rate(r) for r in row)]
         if len(row) == 2:
             cells.append(fmt_ratio(*row))
         cells += [fmt_latency(r) for r in row]
@@ -238,7 +252,7 @@ def markdown(results: list[Result], servers: list[str], header: str) -> str:
     notes: dict[tuple[str, str, str], list[str]] = {}
     for r in results:
         if r.detail:
-            notes.setdefault((r.server, r.status, r.detail), []).append(f"{r.protocol} c={r.concurrency}")
+            notes.setdefault((r.server, r.status, r.detail), []).append(f"{r.variant} {r.protocol} c={r.concurrency}")
     if notes:
         lines.append("")
         lines += [f"- {server} {', '.join(configs)}: {status}: {detail}"
@@ -252,6 +266,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", default="add_sub")
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=list(PROTOCOLS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument("--variants", nargs="+", choices=["plain", "batched"], default=["plain"],
+                        help="plain: the model as configured; batched: a copy with dynamic_batching added")
+    parser.add_argument("--max-queue-delay-us", type=int, default=0,
+                        help="max_queue_delay_microseconds of the batched variant")
     parser.add_argument("--measurement-interval", type=int, default=3000, help="ms per measurement window")
     parser.add_argument("--max-trials", type=int, default=8)
     parser.add_argument("--stability-percentage", type=int, default=10)
@@ -279,7 +297,13 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = datetime.now()
     stem = f"{args.model}-{started:%Y%m%d-%H%M%S}"
-    results = [result for server in servers for result in bench_server(server, args, stem)]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-batched-") as scratch:
+        for variant in args.variants:
+            args.variant = variant
+            repository = batched_repository(args, Path(scratch)) if variant == "batched" else args.model_repository
+            results += [result for server in servers for result in bench_server(server, args, stem, repository)]
+    del args.variant
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     header = (f"## {args.model}, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
               f"perf_analyzer: {args.measurement_interval} ms windows, up to {args.max_trials} trials, "
