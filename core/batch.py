@@ -42,20 +42,17 @@ def concat_inputs(requests: Sequence[InferenceRequest], config: ModelConfig) -> 
     optional input must be given by every request of the batch or by none.
     """
     first = requests[0]
-    if len(requests) == 1:
-        arrays = {name: tensor.data for name, tensor in first.inputs.items()}
-    else:
-        ragged = {spec.name for spec in config.input if spec.allow_ragged_batch}
-        arrays = {}
-        for name in first.inputs:
-            parts = []
-            for request in requests:
-                tensor = request.inputs.get(name)
-                if tensor is None:
-                    raise ServerError(f"input '{name}' of model '{first.model_name}' is given by some requests "
-                                      "of a batch and not by others")
-                parts.append(tensor.data.reshape(-1) if name in ragged else tensor.data)
-            arrays[name] = np.concatenate(parts, axis=0)
+    ragged = {spec.name for spec in config.input if spec.allow_ragged_batch}
+    arrays = {}
+    for name in first.inputs:
+        parts = []
+        for request in requests:
+            tensor = request.inputs.get(name)
+            if tensor is None:
+                raise ServerError(f"input '{name}' of model '{first.model_name}' is given by some requests "
+                                  "of a batch and not by others")
+            parts.append(tensor.data.reshape(-1) if name in ragged else tensor.data)
+        arrays[name] = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
     mark_inputs_ready()
     return arrays
 
@@ -66,6 +63,8 @@ def split_outputs(outputs: Mapping[str, np.ndarray], requests: Sequence[Inferenc
     outputs when it named none). Outputs are converted to the config's datatypes."""
     mark_outputs_ready()
     declared = {spec.name: datatype_of_config(spec.data_type) for spec in config.output}
+    for state in config.sequence_batching.state:  # implicit state: the sequence batcher takes it out
+        declared.setdefault(state.output_name, datatype_of_config(state.data_type))
     converted = {name: _as_datatype(array, declared.get(name), name, requests[0].model_name)
                  for name, array in outputs.items()}
     sizes = [request_batch_size(request, config) for request in requests]

@@ -88,9 +88,11 @@ class InstancePool:
                 return
             self._waiters.popleft().set_result(picked)
 
-    async def run(self, instance: ModelInstance, requests: Sequence[InferenceRequest]) -> None:
+    async def run(self, instance: ModelInstance, requests: Sequence[InferenceRequest], *,
+                  runner: ModelInstance | None = None) -> None:
         """Execute ``requests`` as one batch on ``instance``; every request ends with a final
-        response. Requests cancelled while queued are answered CANCELLED and not executed."""
+        response. Requests cancelled while queued are answered CANCELLED and not executed.
+        ``runner``, when given, wraps ``instance`` (e.g. to add state) and is called instead."""
         now = time.monotonic_ns()
         live = []
         for request in requests:
@@ -103,11 +105,11 @@ class InstancePool:
             return
         claim = self._claims.get(id(instance))
         if claim is None:
-            await self._execute(instance, live)
+            await self._execute(runner or instance, live)
             return
         await self._limiter.acquire(claim)  # type: ignore[union-attr]
         try:
-            await self._execute(instance, live)
+            await self._execute(runner or instance, live)
         finally:
             self._limiter.release(claim)  # type: ignore[union-attr]
 

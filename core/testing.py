@@ -160,6 +160,16 @@ class RunningServer:
             time.sleep(0.02)
         raise RuntimeError(f"triton-serve did not listen on port {port}")
 
+    @staticmethod
+    async def _cancel_leftover_tasks() -> None:
+        """Finish tasks the HTTP library leaves pending at shutdown (its lifespan task), so that
+        closing the loop does not destroy them mid-flight."""
+        current = asyncio.current_task()
+        leftover = [task for task in asyncio.all_tasks() if task is not current]
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
+
     @property
     def http_url(self) -> str:
         return f"127.0.0.1:{self.options.http_port}"
@@ -174,6 +184,7 @@ class RunningServer:
             return
         try:
             self.call(self.server.stop)
+            self.call(self._cancel_leftover_tasks)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)

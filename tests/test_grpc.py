@@ -75,7 +75,8 @@ def test_health_and_server_metadata(client) -> None:  # type: ignore[no-untyped-
     assert not client.is_model_ready("add_sub", "2") and not client.is_model_ready("missing")
     metadata = client.get_server_metadata()
     assert metadata.name == "triton"
-    assert list(metadata.extensions) == CORE_EXTENSIONS
+    assert list(metadata.extensions)[:len(CORE_EXTENSIONS)] == CORE_EXTENSIONS
+    assert "schedule_policy" in metadata.extensions  # the batching plugin is installed
 
 
 def test_model_metadata_and_config(client) -> None:  # type: ignore[no-untyped-def]

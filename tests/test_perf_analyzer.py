@@ -31,7 +31,7 @@ def test_perf_analyzer_completes_without_errors(protocol: str, add_model, toy_se
     report = tmp_path / "report.csv"
     done = subprocess.run(
         [str(PERF_ANALYZER), "-m", "add_sub", "-u", url, "-i", protocol, "--concurrency-range", "2:2",
-         "--measurement-interval", "500", "--max-trials", "3", "--stability-percentage", "50",
+         "--request-count", "200",  # a fixed amount of work: no stability search on a busy machine
          "-f", str(report)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     with report.open() as handle:

@@ -128,7 +128,7 @@ def test_repository_source_hook_picks_the_first_taker(tmp_path: Path) -> None:
 def test_model_without_backend_plugin_names_the_package(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
     add_model("onnx_model", 'platform: "onnxruntime_onnx"\nmax_batch_size: 0')
     add_model("add_sub", ADD_SUB)
-    server = toy_server()
+    server = toy_server(blocked_plugins=["onnxruntime"])  # as if triton-serve-onnx were not installed
     client = httpclient.InferenceServerClient(server.http_url)
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert index["onnx_model"]["state"] == "UNAVAILABLE"
@@ -146,7 +146,7 @@ def test_blocking_the_default_scheduler_fails_loads_clearly(add_model, toy_serve
 
 def test_missing_scheduler_plugin_names_the_package(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
     add_model("batched", ADD_SUB + "dynamic_batching { }")
-    server = toy_server()
+    server = toy_server(blocked_plugins=["batching"])  # as if triton-serve-batching were not installed
     index = httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
     assert "'dynamic_batching' scheduler" in index[0]["reason"]
     assert "pip install triton-serve-batching" in index[0]["reason"]
