@@ -9,11 +9,13 @@ from triton_serve.errors import ServerError, Status
 from .autocomplete import auto_complete
 from .instance import PythonModelInstance
 from .options import PythonBackendOptions
+from .stacking import stacks_requests
 
 
 class PythonBackend(Backend):
     """Serves ``backend: "python"`` models; each instance runs in its own worker process.
-    Options (``--backend-config=python,<key>=<value>``, or a model parameter of the same key): see options.py."""
+    Options (``--backend-config=python,<key>=<value>``, or a model parameter of the same key): see options.py;
+    the model parameter ``stack_requests``: see stacking.py."""
 
     name = "python"
     default_model_filename = "model.py"
@@ -32,4 +34,5 @@ class PythonBackend(Backend):
         if not model.model_file.is_file():
             raise ServerError(f"python model '{model.name}' version {model.version} has no model file "
                               f"'{model.model_file.name}' in {model.version_dir}", Status.NOT_FOUND)
-        return PythonModelInstance(model, instance, self.settings.for_model(model.config))
+        return PythonModelInstance(model, instance, self.settings.for_model(model.config),
+                                   stack=stacks_requests(model.config))

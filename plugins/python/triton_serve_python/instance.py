@@ -15,6 +15,7 @@ from triton_serve.inference import InferenceRequest, InferenceResponse
 
 from .options import PythonBackendOptions
 from .process import WorkerFailure, WorkerProcess
+from .stacking import stack_requests, unstack_response
 
 log = logging.getLogger("triton_serve_python")
 
@@ -23,13 +24,16 @@ class PythonModelInstance(ModelInstance):
     """Runs ``model.py`` in its own worker process, so a crash, hang or exit there cannot reach the server.
 
     While the worker is dead or restarting the instance is not ready (so neither is the model nor, with
-    strict readiness, the server) and requests fail at once with UNAVAILABLE.
+    strict readiness, the server) and requests fail at once with UNAVAILABLE. With ``stack``, a batch reaches
+    ``execute`` as one request whose inputs are stacked along the batch dimension (stacking.py).
     """
 
-    def __init__(self, model: ModelSpec, instance: InstanceSpec, options: PythonBackendOptions) -> None:
+    def __init__(self, model: ModelSpec, instance: InstanceSpec, options: PythonBackendOptions, *,
+                 stack: bool = False) -> None:
         self.model = model
         self.instance = instance
         self.options = options
+        self.stack = stack
         self.label = f"instance '{instance.name}' of python model '{model.name}'"
         self._worker: WorkerProcess | None = None
         self._not_running = "is not loaded"
@@ -73,6 +77,9 @@ class PythonModelInstance(ModelInstance):
         if worker is None or not worker.running:
             raise unavailable(f"python backend worker for {self.label} {self._not_running}")
         try:
+            if self.stack:
+                stacked = await worker.execute([stack_requests(requests, self.model.config)])
+                return unstack_response(stacked[0], requests, self.model.config)
             return await worker.execute(requests)
         except WorkerFailure as failure:
             next_step = "it is being restarted" if self.options.restart_on_failure else "it will not be restarted"

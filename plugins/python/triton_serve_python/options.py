@@ -59,7 +59,13 @@ def _convert(text: str, kind: object, key: str, where: str) -> object:
     except ValueError:
         raise ServerError(f"{where}: '{key}' must be a number, got '{text}'") from None
     if kind == "bool":
-        if value.lower() in _TRUE + _FALSE:
-            return value.lower() in _TRUE
-        raise ServerError(f"{where}: '{key}' must be true or false, got '{text}'")
+        return parse_flag(text, key, where)
     return text
+
+
+def parse_flag(text: str, key: str, where: str) -> bool:
+    """``true``/``false`` (or 1/0, yes/no, on/off) as a bool; anything else is a ServerError naming ``key``."""
+    value = text.strip().lower()
+    if value in _TRUE + _FALSE:
+        return value in _TRUE
+    raise ServerError(f"{where}: '{key}' must be true or false, got '{text}'")

@@ -1,0 +1,171 @@
+"""Several requests given to one instance at once (as a batcher does): without ``stack_requests`` model.py
+gets them all in one execute call; with it, one request with stacked inputs; bad settings fail the load."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from triton_serve.backend import InstanceSpec, ModelSpec
+from triton_serve.errors import ServerError, Status
+from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve_python.backend import PythonBackend
+from triton_serve_python.stacking import stacks_requests
+
+# Y = 2X; REQUESTS = how many requests this execute call got; ROWS = how many rows the request had.
+# X above 1000 makes it return one row too few; a negative X makes it answer with an error.
+BATCH_REPORTER = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                if (x < 0).any():
+                    error = pb_utils.TritonError("X holds a negative value", pb_utils.TritonError.INVALID_ARG)
+                    responses.append(pb_utils.InferenceResponse(error=error))
+                    continue
+                if (x > 1000).any():
+                    x = x[1:]
+                rows = x.shape[0]
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("Y", x * np.float32(2)),
+                    pb_utils.Tensor("REQUESTS", np.full((rows, 1), len(requests), np.int32)),
+                    pb_utils.Tensor("ROWS", np.full((rows, 1), rows, np.int32))], parameters={"rows": rows}))
+            return responses
+"""
+CONFIG = """
+    name: "reporter"
+    backend: "python"
+    max_batch_size: 8
+    input [ { name: "X", data_type: TYPE_FP32, dims: [ 2 ] } ]
+    output [ { name: "Y", data_type: TYPE_FP32, dims: [ 2 ] },
+             { name: "REQUESTS", data_type: TYPE_INT32, dims: [ 1 ] },
+             { name: "ROWS", data_type: TYPE_INT32, dims: [ 1 ] } ]
+"""
+STACKED = 'parameters { key: "stack_requests", value: { string_value: "true" } }\n'
+SIZES = (1, 2, 3)
+
+
+def _rows(request: int, count: int) -> np.ndarray:
+    """``count`` rows of X that tell requests apart: request 2's values are 200, 201, ..."""
+    return (np.arange(count * 2, dtype=np.float32) + 100 * request).reshape(count, 2)
+
+
+def _request(x: np.ndarray, outputs: Sequence[str] = ()) -> InferenceRequest:
+    return InferenceRequest("reporter", 1, inputs={"X": Tensor("X", "FP32", x.shape, x)},
+                            outputs=[RequestedOutput(name) for name in outputs])
+
+
+def _execute(kit: Any, tmp_path: Path, shm_prefix: str, config: str, xs: Sequence[np.ndarray],
+             outputs: Sequence[Sequence[str]] = ()) -> Sequence[InferenceResponse]:
+    """Load one instance of the reporter model, execute ``xs`` as one batch of requests on it, unload it."""
+    model_dir = kit.write_model(tmp_path, "reporter", BATCH_REPORTER)
+    spec = ModelSpec("reporter", 1, text_format.Parse(config, ModelConfig()), model_dir, model_dir / "1", "model.py")
+    backend = PythonBackend({"shm-region-prefix-name": shm_prefix})
+    instance = backend.create_instance(spec, InstanceSpec("reporter_0_0", ModelInstanceGroup(), 0, "CPU"))
+
+    async def run() -> Sequence[InferenceResponse]:
+        await instance.load()
+        try:
+            wanted = list(outputs) or [()] * len(xs)
+            return await instance.execute([_request(x, names) for x, names in zip(xs, wanted)])
+        finally:
+            await instance.unload()
+
+    return asyncio.run(run())
+
+
+def _output(response: InferenceResponse, name: str) -> np.ndarray | None:
+    tensor = response.output(name)
+    return None if tensor is None else tensor.data
+
+
+def test_one_execute_call_gets_every_request(kit: Any, tmp_path: Path, shm_prefix: str) -> None:
+    xs = [_rows(request, size) for request, size in enumerate(SIZES)]
+    responses = _execute(kit, tmp_path, shm_prefix, CONFIG, xs)
+    assert len(responses) == 3
+    for x, response in zip(xs, responses):
+        np.testing.assert_array_equal(_output(response, "Y"), x * 2)
+        np.testing.assert_array_equal(_output(response, "REQUESTS"), np.full((len(x), 1), 3))
+        np.testing.assert_array_equal(_output(response, "ROWS"), np.full((len(x), 1), len(x)))
+        assert response.parameters == {"rows": len(x)}
+
+
+def test_stacked_requests_reach_the_model_as_one(kit: Any, tmp_path: Path, shm_prefix: str) -> None:
+    xs = [_rows(request, size) for request, size in enumerate(SIZES)]
+    responses = _execute(kit, tmp_path, shm_prefix, CONFIG + STACKED, xs, [["Y"], [], ["ROWS", "Y"]])
+    assert len(responses) == 3
+    for x, response in zip(xs, responses):
+        np.testing.assert_array_equal(_output(response, "Y"), x * 2)  # exactly this request's rows
+        assert response.parameters == {"rows": 6}  # the stacked response's parameters, for every request
+    assert [tensor.name for tensor in responses[0].outputs] == ["Y"]  # only what each request asked for
+    np.testing.assert_array_equal(_output(responses[1], "REQUESTS"), np.ones((2, 1)))  # one request...
+    np.testing.assert_array_equal(_output(responses[1], "ROWS"), np.full((2, 1), 6))  # ...of all 6 rows
+    assert sorted(tensor.name for tensor in responses[2].outputs) == ["ROWS", "Y"]
+    assert kit.shm_entries(shm_prefix) == []  # unloading the instance removed its arenas
+
+
+def test_stacked_error_response_fails_the_batch(kit: Any, tmp_path: Path, shm_prefix: str) -> None:
+    with pytest.raises(ServerError) as raised:
+        _execute(kit, tmp_path, shm_prefix, CONFIG + STACKED, [_rows(0, 1), -_rows(1, 2)])
+    assert (raised.value.status, raised.value.message) == (Status.INVALID_ARG, "X holds a negative value")
+
+
+def test_stacked_outputs_must_keep_the_batch_dimension(kit: Any, tmp_path: Path, shm_prefix: str) -> None:
+    with pytest.raises(ServerError) as raised:
+        _execute(kit, tmp_path, shm_prefix, CONFIG + STACKED, [_rows(0, 1), _rows(20, 2)])
+    assert raised.value.status == Status.INTERNAL
+    assert raised.value.message == ("model 'reporter' returned output 'Y' with shape [2, 2] for a batch of 3; "
+                                    "its first dimension must be the batch")
+
+
+@pytest.mark.parametrize(("parameters", "stacks"), [
+    ("", False),
+    ('parameters { key: "stack_requests", value: { string_value: "false" } }', False),
+    ('parameters { key: "stack_requests", value: { string_value: " True " } }', True),
+])
+def test_stack_requests_is_opt_in(parameters: str, stacks: bool) -> None:
+    assert stacks_requests(text_format.Parse(CONFIG + parameters, ModelConfig())) is stacks
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    (CONFIG + 'parameters { key: "stack_requests", value: { string_value: "maybe" } }',
+     "parameters of python model 'reporter': 'stack_requests' must be true or false, got 'maybe'"),
+    (CONFIG.replace("max_batch_size: 8", "max_batch_size: 0") + STACKED,
+     "parameters of python model 'reporter': 'stack_requests' needs max_batch_size > 0"),
+    (CONFIG + STACKED + "sequence_batching { }",
+     "parameters of python model 'reporter': 'stack_requests' cannot be used with sequence_batching"),
+])
+def test_invalid_stack_requests_settings_are_refused(config: str, words: str) -> None:
+    with pytest.raises(ServerError) as raised:
+        stacks_requests(text_format.Parse(config, ModelConfig()))
+    assert raised.value.status == Status.INVALID_ARG
+    assert words in raised.value.message
+
+
+def test_invalid_stack_requests_fails_the_load_with_the_reason(kit: Any, tmp_path: Path, python_server: Any,
+                                                               client_for: Any) -> None:
+    body = CONFIG.replace('name: "reporter"\n    backend: "python"\n', "")
+    kit.write_model(tmp_path, "bad_value", BATCH_REPORTER,
+                    body + 'parameters { key: "stack_requests", value: { string_value: "maybe" } }')
+    kit.write_model(tmp_path, "not_batching", BATCH_REPORTER, body.replace("max_batch_size: 8", "max_batch_size: 0")
+                    + STACKED)
+    kit.write_model(tmp_path, "stacked", BATCH_REPORTER, body + STACKED)
+    client = client_for(python_server(tmp_path))
+    reasons = {entry["name"]: entry.get("reason", "") for entry in client.get_model_repository_index()
+               if entry.get("state") != "READY"}
+    assert set(reasons) == {"bad_value", "not_batching"}
+    assert "parameters of python model 'bad_value': 'stack_requests' must be true or false, got 'maybe'" \
+        in reasons["bad_value"]
+    assert "parameters of python model 'not_batching': 'stack_requests' needs max_batch_size > 0" \
+        in reasons["not_batching"]
+    assert client.is_model_ready("stacked")
