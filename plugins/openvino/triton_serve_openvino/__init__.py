@@ -1,0 +1,1 @@
+"""triton-serve's ``openvino`` backend: OpenVINO IR and ONNX models compiled for the CPU."""

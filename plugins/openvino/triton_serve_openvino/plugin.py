@@ -1,0 +1,12 @@
+"""The plugin module behind the ``openvino`` entry point: registers the openvino backend."""
+from __future__ import annotations
+
+from triton_serve.hookspecs import hookimpl
+from triton_serve.registry import BackendRegistry
+
+from .backend import OpenVinoBackend
+
+
+@hookimpl
+def tserve_register_backends(registry: BackendRegistry) -> None:
+    registry.add(OpenVinoBackend)
