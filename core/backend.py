@@ -83,6 +83,11 @@ class Backend(ABC):
     name: ClassVar[str]
     platforms: ClassVar[tuple[str, ...]] = ()
     default_model_filename: ClassVar[str] = ""
+    # Other file names that identify this backend's models when a config names no backend.
+    other_model_filenames: ClassVar[tuple[str, ...]] = ()
+    # Instance kinds this backend runs: KIND_AUTO means GPU when "GPU" is listed and a GPU is
+    # visible, else CPU (as in Triton).
+    instance_kinds: ClassVar[tuple[str, ...]] = ("CPU",)
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self.options: dict[str, str] = dict(options or {})

@@ -41,8 +41,9 @@ def parse_config_json(text: str, name: str) -> ModelConfig:
         raise ServerError(f"failed to parse the config override for '{name}': {error}") from None
 
 
-def apply_defaults(config: ModelConfig, name: str) -> None:
-    """Fill what Triton fills before validation: the name, version policy and instance groups."""
+def apply_defaults(config: ModelConfig, name: str, auto_kind: int = ModelInstanceGroup.KIND_CPU) -> None:
+    """Fill what Triton fills before validation: the name, version policy and instance groups.
+    KIND_AUTO groups become KIND_GPU when they list ``gpus``, else ``auto_kind``."""
     if not config.name:
         config.name = name
     elif config.name != name:
@@ -58,7 +59,7 @@ def apply_defaults(config: ModelConfig, name: str) -> None:
         if group.count == 0:
             group.count = 1
         if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_GPU if group.gpus else ModelInstanceGroup.KIND_CPU
+            group.kind = ModelInstanceGroup.KIND_GPU if group.gpus else auto_kind
 
 
 def config_to_json(config: ModelConfig) -> dict[str, Any]:

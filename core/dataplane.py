@@ -317,7 +317,7 @@ def shape_outputs(found: ModelVersion, request: InferenceRequest, response: Infe
                            f"'{tensor.datatype}', but its config declares '{expected_type}'")
         batching = config.max_batch_size > 0
         dims = list(spec.dims)
-        if spec.HasField("reshape") and tensor.shape:
+        if spec.HasField("reshape") and (tensor.shape or not batching):
             prefix = tensor.shape[:1] if batching else ()
             if -1 not in dims:
                 tensor.data = tensor.data.reshape(prefix + tuple(dims))

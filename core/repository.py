@@ -251,8 +251,11 @@ class ModelRepository:
             probe_version = (config.version_policy.specific.versions or available)[-1]
             spec = ModelSpec(name, probe_version, config, model_dir, model_dir / str(probe_version),
                              backend.default_model_filename)
+            batching_before = config.max_batch_size
             self._wrap(name, lambda: backend.auto_complete_config(spec))
-        apply_defaults(config, name)
+            self._enable_dynamic_batching(config, batching_before)
+        gpu_first = "GPU" in backend.instance_kinds and (visible_gpu_ids() or "CPU" not in backend.instance_kinds)
+        apply_defaults(config, name, ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
         validate_config(config, model_dir)
         kind = config.WhichOneof("scheduling_choice") or "default"
         if self.plugins.schedulers.get(kind) is None:
@@ -263,14 +266,22 @@ class ModelRepository:
             raise ServerError(f"failed to load '{name}': no version folder matches its version_policy")
         return config, backend, versions
 
+    def _enable_dynamic_batching(self, config: ModelConfig, max_batch_size_before: int) -> None:
+        """As Triton: when auto-complete turned batching on (max_batch_size > 1) for a config with no
+        scheduling choice, use the dynamic batcher, if a plugin provides it."""
+        if (max_batch_size_before == 0 and config.max_batch_size > 1 and not config.WhichOneof("scheduling_choice")
+                and self.plugins.schedulers.get("dynamic_batching") is not None):
+            config.dynamic_batching.SetInParent()
+
     def _guess_backend(self, model_dir: Path, available: list[int]) -> str:
         """A backend whose default model file is in the newest version folder, or ""."""
         if not available:
             return ""
         files = {p.name for p in (model_dir / str(available[-1])).iterdir()}
         for backend_name in self.plugins.backends.names():
-            filename = self.plugins.backends.get(backend_name).default_model_filename  # type: ignore[union-attr]
-            if filename and filename in files:
+            backend = self.plugins.backends.get(backend_name)
+            assert backend is not None
+            if files.intersection((backend.default_model_filename, *backend.other_model_filenames)) - {""}:
                 return backend_name
         return ""
 

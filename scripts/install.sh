@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install triton-serve for development on Debian, as root: core + plugins (editable), perf_analyzer, optionally Triton.
 #
-#   scripts/install.sh                 # core[test] and every plugins/*/ into python3, plus <repo>/pa-venv
+#   scripts/install.sh                 # core[test] and every plugins/*/[test] into python3, plus <repo>/pa-venv
 #   scripts/install.sh --with-triton   # also <repo>/triton-venv and <repo>/tritonserver (real Triton 2.51, benchmarks only)
 #
 # Safe to re-run: each step skips what is already in place.
@@ -51,7 +51,7 @@ apt_install() {
 install_python_packages() {
     local project targets=(-e ".[test]")
     for project in plugins/*/pyproject.toml; do
-        targets+=(-e "${project%/pyproject.toml}")
+        targets+=(-e "${project%/pyproject.toml}[test]")
     done
     step "python3 -m pip install ${targets[*]}"
     python3 -m pip install -q -c scripts/constraints.txt "${targets[@]}"

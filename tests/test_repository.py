@@ -143,3 +143,78 @@ def test_load_and_unload_are_refused_outside_explicit_mode(add_model, toy_server
             call("ident")
         assert error.value.status() == "503"
     assert client.is_model_ready("ident")
+
+
+# ---- what the core fills in around auto-complete ------------------------------------------------
+
+AUTO_FILLED = """
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"""
+
+
+def test_auto_complete_that_turns_batching_on_adds_the_dynamic_batcher(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("filled", 'backend: "toy_identity"', files={"1/toy_identity.toy": AUTO_FILLED})
+    add_model("explicit", 'backend: "toy_identity"\nmax_batch_size: 4', files={"1/toy_identity.toy": AUTO_FILLED})
+    client = httpclient.InferenceServerClient(toy_server().http_url)
+    filled = client.get_model_config("filled")
+    assert filled["max_batch_size"] == 8 and "dynamic_batching" in filled
+    assert "dynamic_batching" not in client.get_model_config("explicit")  # the user chose max_batch_size
+
+
+def test_other_model_filenames_identify_the_backend(add_model, tserve, repo) -> None:  # type: ignore[no-untyped-def]
+    from triton_serve.plugin import BackendRegistry, hookimpl
+    from triton_serve.testing import TOY_BACKENDS
+
+    identity = next(b for b in TOY_BACKENDS if b.name == "toy_identity")
+    second_file = type("SecondFile", (identity,), {"name": "toy_second_file",
+                                                    "other_model_filenames": ("weights.bin",)})
+
+    class Plugin:
+        @hookimpl
+        def tserve_register_backends(self, registry: BackendRegistry) -> None:
+            registry.add(second_file)
+
+    add_model("guessed", AUTO_FILLED, files={"1/weights.bin": ""})
+    server = tserve(repo, extra_plugins=[("second", Plugin())])
+    config = httpclient.InferenceServerClient(server.http_url).get_model_config("guessed")
+    assert config["backend"] == "toy_second_file"
+
+
+@pytest.mark.parametrize(("kinds", "gpus", "expected"), [
+    (("CPU",), [0], "KIND_CPU"),          # a CPU-only backend stays on the CPU
+    (("CPU", "GPU"), [0], "KIND_GPU"),    # a GPU is visible and the backend runs there
+    (("CPU", "GPU"), [], "KIND_CPU"),     # no GPU: the CPU
+])
+def test_kind_auto_follows_the_backend_and_the_gpus(kinds, gpus, expected, add_model, tserve, repo,  # type: ignore[no-untyped-def]
+                                                    monkeypatch) -> None:
+    from triton_serve.plugin import BackendRegistry, hookimpl
+    from triton_serve.testing import TOY_BACKENDS
+
+    monkeypatch.setattr("triton_serve.repository.visible_gpu_ids", lambda: gpus)
+    identity = next(b for b in TOY_BACKENDS if b.name == "toy_identity")
+    kinded = type("Kinded", (identity,), {"name": "toy_kinded", "instance_kinds": kinds})
+
+    class Plugin:
+        @hookimpl
+        def tserve_register_backends(self, registry: BackendRegistry) -> None:
+            registry.add(kinded)
+
+    add_model("auto", 'backend: "toy_kinded"\n' + AUTO_FILLED)
+    server = tserve(repo, extra_plugins=[("kinded", Plugin())])
+    config = httpclient.InferenceServerClient(server.http_url).get_model_config("auto")
+    assert config["instance_group"][0]["kind"] == expected
+
+
+def test_scalar_output_reshaped_to_dims_one_without_batching(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("scalar", """
+backend: "toy_identity"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]
+""")
+    client = httpclient.InferenceServerClient(toy_server().http_url)
+    tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([2.5], np.float32))
+    result = client.infer("scalar", [tensor])
+    assert result.as_numpy("OUTPUT0").tolist() == [2.5]

@@ -32,6 +32,7 @@ class FilBackend(Backend):
 
     name = "fil"
     default_model_filename = MODEL_FILES[DEFAULT_MODEL_TYPE]
+    instance_kinds = ("CPU", "GPU")
 
     def unavailable_reason(self) -> str | None:
         try:

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType, ModelInstanceGroup
-from triton_serve_tensorrt.autocomplete import batching_hint, complete_config, resolve_instance_groups
+from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve_tensorrt.autocomplete import batching_hint, complete_config
 from triton_serve_tensorrt.engine_description import CONFIG_TYPE_OF_TENSORRT, EngineDescription
 
 
@@ -176,19 +176,3 @@ def test_shape_tensors_are_described_as_such(kit: Any) -> None:
     complete_config("m", config, engine)
     assert [(t.name, t.is_shape_tensor, list(t.dims)) for t in config.input] == [("X", False, [3]),
                                                                                ("SHAPE", True, [2])]
-
-
-def groups(config) -> list[tuple[str, list[int], int]]:
-    return [(ModelInstanceGroup.Kind.Name(g.kind), list(g.gpus), g.count) for g in config.instance_group]
-
-
-def test_no_instance_group_means_one_gpu_group(kit: Any) -> None:
-    config = kit.config()
-    resolve_instance_groups(config)
-    assert groups(config) == [("KIND_GPU", [], 0)]
-
-
-def test_kind_auto_becomes_kind_gpu_and_explicit_kinds_stay(kit: Any) -> None:
-    config = kit.config("instance_group [ { count: 2 }, { kind: KIND_GPU gpus: [ 1 ] }, { kind: KIND_CPU } ]")
-    resolve_instance_groups(config)
-    assert groups(config) == [("KIND_GPU", [], 2), ("KIND_GPU", [1], 0), ("KIND_CPU", [], 0)]

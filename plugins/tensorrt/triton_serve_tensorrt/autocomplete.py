@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup
+from triton_serve.protos.model_config_pb2 import DataType, ModelConfig
 
 from .engine_description import EngineDescription, TensorDescription
 from .profiles import max_batch_size, model_profile_indices
@@ -91,13 +91,3 @@ def _fill(model: str, tensor: ConfigTensor, found: TensorDescription, batching: 
     else:  # a scalar: config dims cannot be empty, so [1] reshaped to []
         tensor.dims.append(1)
         tensor.reshape.SetInParent()
-
-
-def resolve_instance_groups(config: ModelConfig) -> None:
-    """Triton's KIND_AUTO for a GPU-only backend: no instance_group means one KIND_GPU group, and
-    KIND_AUTO means KIND_GPU (the core then runs a group that lists no GPUs on every visible GPU)."""
-    if not config.instance_group:
-        config.instance_group.add()
-    for group in config.instance_group:
-        if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_GPU

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelSpec, ServerError
 from triton_serve.protos.model_config_pb2 import ModelInstanceGroup
 
-from .autocomplete import complete_config, resolve_instance_groups
+from .autocomplete import complete_config
 from .instance import TensorRTInstance
 from .plan_files import DEFAULT_PLAN_FILENAME, plan_path
 from .shared_engines import SharedEngines
@@ -47,6 +47,7 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
     platforms = ("tensorrt_plan",)
     default_model_filename = DEFAULT_PLAN_FILENAME
+    instance_kinds = ("GPU",)  # the core turns KIND_AUTO into KIND_GPU
 
     def __init__(self, options: dict[str, str] | None = None) -> None:
         super().__init__(options)
@@ -56,11 +57,9 @@ class TensorRTBackend(Backend):
         return tensorrt_unavailable_reason()
 
     def auto_complete_config(self, model: ModelSpec) -> None:
-        """Fill inputs, outputs and max_batch_size from the engine (loaded on the model's first GPU),
-        and make KIND_AUTO instance groups KIND_GPU."""
+        """Fill inputs, outputs and max_batch_size from the engine (loaded on the model's first GPU)."""
         from .engine import describe_engine, load_engine
 
-        resolve_instance_groups(model.config)
         device = _first_gpu(model)
         loaded = load_engine(plan_path(model, device), device)
         complete_config(model.name, model.config, describe_engine(loaded.engine))

@@ -35,6 +35,8 @@ class PyTorchBackend(Backend):
     name = "pytorch"
     platforms = ("pytorch_libtorch",)
     default_model_filename = "model.pt"
+    other_model_filenames = ("model.pt2",)
+    instance_kinds = ("CPU", "GPU", "MODEL")
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         super().__init__(options)
