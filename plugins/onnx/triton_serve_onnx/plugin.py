@@ -1,0 +1,12 @@
+"""The plugin module behind the ``onnxruntime`` entry point: registers the ONNX Runtime backend."""
+from __future__ import annotations
+
+from triton_serve.hookspecs import hookimpl
+from triton_serve.registry import BackendRegistry
+
+from .backend import OnnxRuntimeBackend
+
+
+@hookimpl
+def tserve_register_backends(registry: BackendRegistry) -> None:
+    registry.add(OnnxRuntimeBackend)

@@ -1,0 +1,170 @@
+"""Which ONNX Runtime execution providers an instance asks for (CPU; CUDA on its GPU; TensorRT and
+OpenVINO where the config's execution accelerators name them), and the check that ONNX Runtime really
+enabled them: it quietly falls back to the CPU when a provider cannot start."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from triton_serve.plugin import InstanceSpec, ServerError, Status
+from triton_serve.protos.model_config_pb2 import ModelConfig, ModelOptimizationPolicy
+
+from .parameters import bool_from_string, int_parameter, parse_bool, string_parameter
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+OPENVINO = "OpenVINOExecutionProvider"
+
+Provider = tuple[str, dict[str, str]]
+Accelerator = ModelOptimizationPolicy.ExecutionAccelerators.Accelerator
+
+
+def _as_int(value: str) -> str:
+    return str(int(value.strip()))
+
+
+def _as_bool(value: str) -> str:
+    flag = bool_from_string(value)
+    if flag is None:
+        raise ValueError(value)
+    return "1" if flag else "0"
+
+
+# TensorRT accelerator parameters Triton accepts -> (TensorRT EP option, value check).
+_TENSORRT_OPTIONS: dict[str, tuple[str, Callable[[str], str]]] = {
+    "max_workspace_size_bytes": ("trt_max_workspace_size", _as_int),
+    "int8_calibration_table_name": ("trt_int8_calibration_table_name", str),
+    "int8_use_native_calibration_table": ("trt_int8_use_native_calibration_table", _as_bool),
+    **{key: (key, _as_int) for key in (
+        "trt_max_partition_iterations", "trt_min_subgraph_size", "trt_dla_core", "trt_builder_optimization_level",
+        "trt_auxiliary_streams", "trt_ep_context_embed_mode")},
+    **{key: (key, _as_bool) for key in (
+        "trt_dla_enable", "trt_engine_cache_enable", "trt_dump_subgraphs", "trt_force_sequential_engine_build",
+        "trt_context_memory_sharing_enable", "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable",
+        "trt_force_timing_cache", "trt_detailed_build_log", "trt_build_heuristics_enable", "trt_sparsity_enable",
+        "trt_cuda_graph_enable", "trt_dump_ep_context_model")},
+    **{key: (key, str) for key in (
+        "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_timing_cache_path", "trt_tactic_sources",
+        "trt_extra_plugin_lib_paths", "trt_profile_min_shapes", "trt_profile_max_shapes",
+        "trt_profile_opt_shapes", "trt_ep_context_file_path")},
+}
+_PRECISION_MODES = {"FP32": None, "FP16": "trt_fp16_enable", "BF16": "trt_bf16_enable", "INT8": "trt_int8_enable"}
+
+# CUDA EP option values for the numbers Triton's older CUDA model parameters hold.
+_CUDNN_SEARCH = {0: "EXHAUSTIVE", 1: "HEURISTIC", 2: "DEFAULT"}
+_ARENA_STRATEGY = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
+
+
+def choose_providers(config: ModelConfig, instance: InstanceSpec, model_name: str,
+                     available: Sequence[str]) -> list[Provider]:
+    """The providers, in priority order, for one instance; raise a ServerError naming the model, instance and
+    accelerator when the config asks for one this onnxruntime build lacks or names one that does not exist.
+
+    GPU accelerators apply to KIND_GPU instances only (as in Triton), but are checked for every kind."""
+    gpu_providers = _gpu_providers(config, instance, model_name)
+    providers = gpu_providers if instance.kind == "GPU" else []
+    for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
+        if accelerator.name != "openvino":
+            raise _unknown_accelerator("cpu", accelerator.name, model_name)
+        providers.append((OPENVINO, {"device_type": "CPU"}))
+    providers.append((CPU, {}))
+    for name, _ in providers:
+        if name not in available:
+            raise ServerError(f"instance '{instance.name}' of model '{model_name}' needs ONNX Runtime's {name} "
+                              f"({_why(name)}), which this onnxruntime build does not have; available providers: "
+                              f"{', '.join(available)}", Status.UNAVAILABLE)
+    return providers
+
+
+def _gpu_providers(config: ModelConfig, instance: InstanceSpec, model_name: str) -> list[Provider]:
+    """TensorRT where asked, then CUDA on the instance's GPU."""
+    device = {"device_id": str(instance.device_id)}
+    providers: list[Provider] = []
+    cuda_options = {**device, **_legacy_cuda_options(config, model_name)}
+    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
+        if accelerator.name == "tensorrt":
+            providers.append((TENSORRT, {**device, **_tensorrt_options(accelerator, model_name)}))
+        elif accelerator.name == "cuda":
+            cuda_options.update(_cuda_options(accelerator, model_name))
+        else:
+            raise _unknown_accelerator("gpu", accelerator.name, model_name)
+    providers.append((CUDA, cuda_options))
+    return providers
+
+
+def check_enabled(session: Any, providers: Sequence[Provider], instance: InstanceSpec, model_name: str) -> None:
+    """Fail when ONNX Runtime started the session without a provider it was asked for."""
+    enabled = session.get_providers()
+    for name, options in providers:
+        if name not in enabled:
+            device = f" on GPU {options['device_id']}" if "device_id" in options else ""
+            raise ServerError(
+                f"instance '{instance.name}' of model '{model_name}' needs ONNX Runtime's {name} ({_why(name)}), "
+                f"but it could not start{device} and ONNX Runtime fell back to {', '.join(enabled)}; check that "
+                f"{_NEEDS.get(name, 'its libraries')} are present", Status.UNAVAILABLE)
+
+
+_NEEDS = {CUDA: "the GPU and the CUDA and cuDNN libraries onnxruntime-gpu was built for",
+          TENSORRT: "the GPU and the TensorRT, CUDA and cuDNN libraries onnxruntime-gpu was built for",
+          OPENVINO: "the OpenVINO libraries"}
+
+
+def _why(provider: str) -> str:
+    return {CUDA: "the instance is KIND_GPU", TENSORRT: "gpu_execution_accelerator 'tensorrt'",
+            OPENVINO: "cpu_execution_accelerator 'openvino'"}.get(provider, "the default")
+
+
+def _unknown_accelerator(kind: str, name: str, model_name: str) -> ServerError:
+    known = "'tensorrt' or 'cuda'" if kind == "gpu" else "'openvino'"
+    return ServerError(f"model '{model_name}': unknown {kind}_execution_accelerator '{name}'; the onnxruntime "
+                       f"backend knows {known}")
+
+
+def _tensorrt_options(accelerator: Accelerator, model_name: str) -> dict[str, str]:
+    options = {}
+    for key, value in accelerator.parameters.items():
+        what = f"parameter '{key}' of execution accelerator 'tensorrt'"
+        if key == "precision_mode":
+            if value not in _PRECISION_MODES:
+                raise ServerError(f"model '{model_name}': {what} must be one of {', '.join(_PRECISION_MODES)}, "
+                                  f"got '{value}'")
+            option = _PRECISION_MODES[value]
+            if option:
+                options[option] = "1"
+            continue
+        if key not in _TENSORRT_OPTIONS:
+            raise ServerError(f"model '{model_name}': unknown {what}")
+        option, check = _TENSORRT_OPTIONS[key]
+        try:
+            options[option] = check(value)
+        except ValueError:
+            kind = "an integer" if check is _as_int else "true/false (or 1/0)"
+            raise ServerError(f"model '{model_name}': {what} must be {kind}, got '{value}'") from None
+    return options
+
+
+def _cuda_options(accelerator: Accelerator, model_name: str) -> dict[str, str]:
+    options = dict(accelerator.parameters)
+    for key in ("do_copy_in_default_stream", "use_ep_level_unified_stream"):
+        if key in options:
+            what = f"parameter '{key}' of execution accelerator 'cuda'"
+            options[key] = "1" if parse_bool(options[key], what, model_name) else "0"
+    return options
+
+
+def _legacy_cuda_options(config: ModelConfig, model_name: str) -> dict[str, str]:
+    options = {}
+    if "cudnn_conv_algo_search" in config.parameters:
+        options["cudnn_conv_algo_search"] = _CUDNN_SEARCH[int_parameter(
+            config, "cudnn_conv_algo_search", model_name, default=0, allowed=tuple(_CUDNN_SEARCH))]
+    if "arena_extend_strategy" in config.parameters:
+        options["arena_extend_strategy"] = _ARENA_STRATEGY[int_parameter(
+            config, "arena_extend_strategy", model_name, default=0, allowed=tuple(_ARENA_STRATEGY))]
+    if "gpu_mem_limit" in config.parameters:
+        options["gpu_mem_limit"] = str(int_parameter(config, "gpu_mem_limit", model_name, default=0, minimum=1))
+    copy_in_default_stream = string_parameter(config, "do_copy_in_default_stream")
+    if copy_in_default_stream is not None:
+        what = "parameter 'do_copy_in_default_stream'"
+        options["do_copy_in_default_stream"] = "1" if parse_bool(copy_in_default_stream, what, model_name) else "0"
+    return options

@@ -1,0 +1,56 @@
+"""Opening ONNX Runtime sessions: the model file, the options and providers from the config, clear errors."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
+
+from .parameters import run_options, session_options
+from .providers import CPU, Provider, check_enabled, choose_providers
+from .runner import SessionRunner
+from .signature import read_signature
+from .validation import check_config_matches_model
+
+
+def open_instance_session(model: ModelSpec, instance: InstanceSpec) -> SessionRunner:
+    """The session one instance runs, checked against the config. Blocks: call it off the event loop."""
+    import onnxruntime
+
+    providers = choose_providers(model.config, instance, model.name, onnxruntime.get_available_providers())
+    options = session_options(model.config, model.name)
+    per_run = run_options(model.config, model.name, instance)
+    session = create_session(model_path(model), options, providers, model.name)
+    check_enabled(session, providers, instance, model.name)
+    signature = read_signature(session)
+    check_config_matches_model(model.config, signature, model.name)
+    return SessionRunner(session, signature, model.config, model.name, per_run)
+
+
+def open_probe_session(model: ModelSpec) -> Any:
+    """A CPU session without graph optimizations, only to read the model's inputs and outputs."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return create_session(model_path(model), options, [(CPU, {})], model.name)
+
+
+def model_path(model: ModelSpec) -> Path:
+    """The ONNX file: the version's model file, or ``model.onnx`` inside it when it is a directory."""
+    path = model.model_file
+    return path / "model.onnx" if path.is_dir() else path
+
+
+def create_session(path: Path, options: Any, providers: Sequence[Provider], model_name: str) -> Any:
+    import onnxruntime
+
+    if not path.is_file():
+        raise ServerError(f"model '{model_name}': model file '{path}' does not exist", Status.UNAVAILABLE)
+    try:
+        return onnxruntime.InferenceSession(str(path), sess_options=options,
+                                            providers=[name for name, _ in providers],
+                                            provider_options=[dict(opts) for _, opts in providers])
+    except Exception as error:  # ONNX Runtime's errors share no base class beyond Exception
+        raise ServerError(f"model '{model_name}': ONNX Runtime cannot load '{path}': {error}") from None
