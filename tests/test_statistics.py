@@ -29,6 +29,13 @@ def _add_sub_inputs(module, batch: int = 1):  # type: ignore[no-untyped-def]
     return inputs
 
 
+def _infer_slow(server) -> None:  # type: ignore[no-untyped-def]
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+    client.infer("slow", [tensor])
+
+
 def test_counts_successes_failures_and_batch_sizes_over_http(add_model, toy_server) -> None:
     add_model("add_sub", ADD_SUB + "version_policy: { all { } }", versions=(1, 2))
     server = toy_server()
@@ -90,14 +97,8 @@ def test_two_instances_run_two_requests_at_once(add_model, toy_server) -> None:
     add_model("slow", SLOW_IDENTITY + "instance_group [ { count: 2 kind: KIND_CPU } ]")
     server = toy_server()
 
-    def infer(_: int) -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
-        client.infer("slow", [tensor])
-
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        list(pool.map(infer, range(4)))
+        list(pool.map(lambda _: _infer_slow(server), range(4)))
     stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")["model_stats"][0]
     queue = stats["inference_stats"]["queue"]
     # Four 0.3 s requests on two instances: two start at once and two wait one execution each.
@@ -111,14 +112,8 @@ def test_rate_limiter_lets_only_instances_holding_the_resource_run(add_model, to
 instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] } } ]""")
     server = toy_server(rate_limit="execution_count", rate_limit_resources={("R", None): 1})
 
-    def infer(_: int) -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
-        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
-        client.infer("slow", [tensor])
-
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        list(pool.map(infer, range(2)))
+        list(pool.map(lambda _: _infer_slow(server), range(2)))
     stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")["model_stats"][0]
     # One unit of R: the two instances take turns, so the second request waits a whole execution.
     success = stats["inference_stats"]["success"]
