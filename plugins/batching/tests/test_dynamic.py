@@ -210,3 +210,21 @@ def test_server_metadata_lists_schedule_policy(serve_probe) -> None:
     server = serve_probe("dynamic_batching { }")
     extensions = httpclient.InferenceServerClient(server.http_url).get_server_metadata()["extensions"]
     assert "schedule_policy" in extensions and "statistics" in extensions
+
+
+def test_priority_queue_policy_applies_per_level(serve_probe) -> None:
+    server = serve_probe("""
+dynamic_batching { priority_levels: 2 default_priority_level: 2
+                   priority_queue_policy { key: 2 value: { max_queue_size: 1 } } }""", max_batch_size=1)
+    pool = concurrent.futures.ThreadPoolExecutor(3)
+    running = pool.submit(_infer, server, delay=0.6)
+    time.sleep(0.2)
+    queued_low = pool.submit(_infer, server, priority=2)
+    time.sleep(0.1)
+    with pytest.raises(InferenceServerException) as raised:  # level 2 holds its one request
+        _infer(server, priority=2)
+    assert raised.value.status() == "503"
+    queued_high = pool.submit(_infer, server, priority=1)  # level 1 has no limit, and goes first
+    assert running.result()["execution"] == 1
+    assert queued_high.result()["execution"] == 2 and queued_low.result()["execution"] == 3
+    pool.shutdown()
