@@ -188,8 +188,8 @@ instance_group [ {{ count: 2 kind: KIND_CPU }} ]""", max_batch_size=1)
                                stagger_s=0.3)
     assert {slow["execution"], fast["execution"]} == {1, 2}  # both ran, on two instances at once
     first, second = sorted([slow, fast], key=lambda r: r["execution"])
-    if preserve:  # the request that arrived first is answered first
-        assert first["done"] <= second["done"]
+    if preserve:  # the request that arrived first is answered first (give or take client thread jitter;
+        assert second["done"] >= first["done"] - 0.05  # unordered, the fast one would be ~0.45 s ahead)
     elif first is slow:  # arrival order held: the fast one overtakes
         assert fast["done"] < slow["done"]
 
