@@ -132,10 +132,10 @@ def test_priority_outside_the_levels_is_rejected_and_the_queue_goes_on(serve_pro
 def test_full_queue_answers_503_and_grpc_unavailable(serve_probe) -> None:
     server = serve_probe("dynamic_batching { default_queue_policy { max_queue_size: 1 } }", max_batch_size=1)
     blocker = concurrent.futures.ThreadPoolExecutor(2)
-    running = blocker.submit(_infer, server, delay=0.6)
-    time.sleep(0.2)  # the blocker executes; the queue is empty
+    running = blocker.submit(_infer, server, delay=1.0)
+    time.sleep(0.3)  # the blocker executes; the queue is empty
     queued = blocker.submit(_infer, server)
-    time.sleep(0.1)  # one request waits: the queue is full
+    time.sleep(0.2)  # one request waits: the queue is full
     response = httpx.post(f"http://{server.http_url}/v2/models/probe/infer", json={"inputs": [
         {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}]})
     assert response.status_code == 503 and response.json()["error"] == "Exceeds maximum queue size"
@@ -196,14 +196,12 @@ instance_group [ {{ count: 2 kind: KIND_CPU }} ]""", max_batch_size=1)
 
 def test_two_instances_serve_two_requests_at_once(serve_probe) -> None:
     server = serve_probe("dynamic_batching { }\ninstance_group [ { count: 2 kind: KIND_CPU } ]", max_batch_size=1)
-    started = time.monotonic()
     results = _concurrently([lambda: _infer(server, delay=0.5)] * 2)
     assert [r["batch"] for r in results] == [1, 1]
     # Both finished within one execution of 0.5 s of each other: neither waited for the other.
     assert abs(results[0]["done"] - results[1]["done"]) < 0.4
     stats = _stats(server)
     assert stats["execution_count"] == 2 and stats["inference_stats"]["queue"]["ns"] < 0.4e9
-    assert time.monotonic() - started < 1.0
 
 
 def test_server_metadata_lists_schedule_policy(serve_probe) -> None:
