@@ -118,12 +118,81 @@ TOY_BACKENDS = (_toy("toy_identity", _identity, ("toy_identity_platform",)), _to
                 _toy("toy_error", _error), _toy("toy_repeat", _repeat), _toy("toy_count", _count))
 
 
+class _ProbeCounters:
+    """What the instances of one model version have done: executions so far, and how many ran at once."""
+
+    def __init__(self) -> None:
+        self.executions = 0
+        self.running = 0
+        self.peak = 0
+
+
+class _ProbeInstance(ModelInstance):
+    def __init__(self, counters: _ProbeCounters) -> None:
+        self.counters = counters
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        counters = self.counters
+        counters.executions += 1
+        execution = counters.executions
+        counters.running += 1
+        counters.peak = max(counters.peak, counters.running)
+        try:
+            delay = max(float(r.inputs["INPUT0"].data.max()) for r in requests)
+            if delay > 0:
+                await asyncio.sleep(delay)
+        finally:
+            counters.running -= 1
+        total = sum(r.inputs["INPUT0"].shape[0] for r in requests)
+        responses = []
+        for request in requests:
+            data = request.inputs["INPUT0"].data
+            rows = data.shape[0]
+            responses.append(InferenceResponse([Tensor("OUTPUT0", "FP32", data.shape, data)] + [
+                Tensor(name, "INT64", (rows, 1), np.full((rows, 1), value, np.int64))
+                for name, value in (("EXECUTION", execution), ("BATCH", total), ("PEAK", counters.peak))]))
+        return responses
+
+
+class ProbeBackend(Backend):
+    """Backend ``toy_probe``: each execution sleeps for its largest INPUT0 value (FP32 seconds, batch
+    dimension first), then answers every row with OUTPUT0 = INPUT0, EXECUTION (the execution's
+    number, 1, 2... per model version), BATCH (the execution's total batch size) and PEAK (the most
+    executions of the model version seen running at once so far). For testing schedulers."""
+
+    name = "toy_probe"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.counters: dict[Path, _ProbeCounters] = {}
+
+    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
+        return _ProbeInstance(self.counters.setdefault(model.version_dir, _ProbeCounters()))
+
+
+PROBE_CONFIG = """
+backend: "toy_probe"
+max_batch_size: {max_batch_size}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: {ragged} }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }},
+         {{ name: "EXECUTION" data_type: TYPE_INT64 dims: [ 1 ] }},
+         {{ name: "BATCH" data_type: TYPE_INT64 dims: [ 1 ] }},
+         {{ name: "PEAK" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+"""
+
+
+def probe_config(max_batch_size: int = 8, ragged: bool = False) -> str:
+    """A config.pbtxt for the ``toy_probe`` backend; append scheduling and instance groups to it."""
+    return PROBE_CONFIG.format(max_batch_size=max_batch_size, ragged=str(ragged).lower())
+
+
 class ToyBackendsPlugin:
-    """Registers the toy backends: toy_identity, toy_add_sub, toy_error, toy_repeat (decoupled), toy_count."""
+    """Registers the toy backends: toy_identity, toy_add_sub, toy_error, toy_repeat (decoupled), toy_count,
+    toy_probe."""
 
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:
-        for backend in TOY_BACKENDS:
+        for backend in (*TOY_BACKENDS, ProbeBackend):
             registry.add(backend)
 
 

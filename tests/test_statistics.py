@@ -10,15 +10,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from .conftest import ADD_SUB
+from triton_serve.testing import probe_config
 
-SLOW_IDENTITY = """
-backend: "toy_identity"
-max_batch_size: 4
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
-parameters { key: "delay_s" value: { string_value: "0.3" } }
-"""
+from .conftest import ADD_SUB, write_model
 
 
 def _add_sub_inputs(module, batch: int = 1):  # type: ignore[no-untyped-def]
@@ -27,13 +21,6 @@ def _add_sub_inputs(module, batch: int = 1):  # type: ignore[no-untyped-def]
     for tensor in inputs:
         tensor.set_data_from_numpy(data)
     return inputs
-
-
-def _infer_slow(server) -> None:  # type: ignore[no-untyped-def]
-    client = httpclient.InferenceServerClient(server.http_url)
-    tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
-    tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
-    client.infer("slow", [tensor])
 
 
 def test_counts_successes_failures_and_batch_sizes_over_http(add_model, toy_server) -> None:
@@ -93,36 +80,39 @@ def test_statistics_errors_name_the_model(add_model, toy_server) -> None:
     assert raised.value.status() == "StatusCode.NOT_FOUND"
 
 
-def test_two_instances_run_two_requests_at_once(add_model, toy_server) -> None:
-    add_model("slow", SLOW_IDENTITY + "instance_group [ { count: 2 kind: KIND_CPU } ]")
-    server = toy_server()
-
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda _: _infer_slow(server), range(4)))
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")["model_stats"][0]
-    queue = stats["inference_stats"]["queue"]
-    # Four 0.3 s requests on two instances: two start at once and two wait one execution each.
-    # With one instance the queue would hold 0 + 0.3 + 0.6 + 0.9 s in all; with two, 0.6 s.
-    assert stats["execution_count"] == 4
-    assert queue["count"] == 4 and queue["ns"] < 1.1e9, queue
-
-
-def test_rate_limiter_lets_only_instances_holding_the_resource_run(add_model, toy_server) -> None:
-    add_model("slow", SLOW_IDENTITY + """
-instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] } } ]""")
-    server = toy_server(rate_limit="execution_count", rate_limit_resources={("R", None): 1})
+def _peaks_of_two_concurrent_requests(server) -> list[int]:  # type: ignore[no-untyped-def]
+    """Send two 0.3 s requests to the toy_probe model "slow" at once; each answer's PEAK is how many
+    executions of the model had run at the same time by then."""
+    def infer(_: int) -> int:
+        client = httpclient.InferenceServerClient(server.http_url)
+        tensor = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.full((1, 1), 0.3, np.float32))
+        return int(client.infer("slow", [tensor]).as_numpy("PEAK")[0, 0])
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda _: _infer_slow(server), range(2)))
+        return list(pool.map(infer, range(2)))
+
+
+def test_two_instances_run_two_requests_at_once(repo, toy_server) -> None:  # type: ignore[no-untyped-def]
+    write_model(repo, "slow", probe_config() + "instance_group [ { count: 2 kind: KIND_CPU } ]")
+    server = toy_server()
+    assert max(_peaks_of_two_concurrent_requests(server)) == 2
     stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")["model_stats"][0]
-    # One unit of R: the two instances take turns, so the second request waits a whole execution:
-    # 0.3 + 0.6 s in all, where running at once would take 0.3 + 0.3 s.
-    success = stats["inference_stats"]["success"]
-    assert success["count"] == 2 and success["ns"] >= 0.75e9, success
+    assert stats["execution_count"] == 2 and stats["inference_stats"]["queue"]["count"] == 2
+
+
+def test_rate_limiter_lets_only_instances_holding_the_resource_run(repo, toy_server) -> None:  # type: ignore[no-untyped-def]
+    write_model(repo, "slow", probe_config() + """
+instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 1 } ] } } ]""")
+    server = toy_server(rate_limit="execution_count", rate_limit_resources={("R", None): 1})
+    # One unit of R: the two instances take turns, never running at once.
+    assert _peaks_of_two_concurrent_requests(server) == [1, 1]
+    assert httpclient.InferenceServerClient(server.http_url).get_inference_statistics("slow")[
+        "model_stats"][0]["execution_count"] == 2
 
 
 def test_rate_limit_resource_below_an_instance_need_fails_the_load(add_model, toy_server) -> None:
-    add_model("slow", SLOW_IDENTITY + """
+    add_model("slow", probe_config() + """
 instance_group [ { count: 1 kind: KIND_CPU rate_limiter { resources [ { name: "R" count: 3 } ] } } ]""")
     add_model("add_sub", ADD_SUB)
     server = toy_server(rate_limit="execution_count", rate_limit_resources={("R", None): 2})
