@@ -49,9 +49,6 @@ class InstancePool:
         finally:
             self._give_back(instance)
 
-    def idle_count(self) -> int:
-        return len(self._idle)
-
     def _pick(self) -> ModelInstance | None:
         for instance in self._idle:
             if instance.is_ready():

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -22,9 +20,8 @@ from collections.abc import Sequence
 from triton_serve.batch import request_batch_size
 from triton_serve.plugin import InferenceRequest, InstancePool, ModelInstance, ModelSpec, Scheduler, ServerError, Status
 
+from .delay import delay_scheduler_count
 from .queues import NO_DEADLINE, PriorityQueue, QueuedRequest
-
-log = logging.getLogger(__name__)
 
 
 class DynamicBatcher(Scheduler):
@@ -34,12 +31,11 @@ class DynamicBatcher(Scheduler):
         super().__init__(model, pool)
         config = model.config.dynamic_batching
         self.max_batch_size = max(model.config.max_batch_size, 1)
-        self.batching = model.config.max_batch_size > 0
         self.preferred = sorted(set(config.preferred_batch_size))
         self.max_delay_ns = config.max_queue_delay_microseconds * 1000
         self.queue = PriorityQueue(model.name, config)
         self.ragged = {spec.name for spec in model.config.input if spec.allow_ragged_batch}
-        self.delay_until_queued = _delay_scheduler_count()
+        self.delay_until_queued = delay_scheduler_count()
         self.ordering = _ResponseOrdering() if config.preserve_ordering else None
         self._arrived = asyncio.Event()
         self._forming = asyncio.Lock()
@@ -134,7 +130,7 @@ class DynamicBatcher(Scheduler):
                 break
         if not taken:
             return [], NO_DEADLINE
-        if send_now and total == self.max_batch_size:
+        if total == self.max_batch_size:
             return taken, 0
         if best_preferred:
             return taken[:best_preferred], 0
@@ -146,8 +142,6 @@ class DynamicBatcher(Scheduler):
     def _compatible(self, first: QueuedRequest, other: QueuedRequest) -> bool:
         """Whether two requests can share a batch: the same inputs, with the same shapes past the
         batch dimension (any shapes for inputs that allow ragged batching)."""
-        if not self.batching:
-            return False
         a, b = first.request.inputs, other.request.inputs
         if a.keys() != b.keys():
             return False
@@ -198,11 +192,3 @@ class _ResponseOrdering:
             self._answered.discard(id(request))
             self._open.popleft()
 
-
-def _delay_scheduler_count() -> int:
-    value = os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "")
-    try:
-        return max(int(value), 0) if value else 0
-    except ValueError:
-        log.warning("ignoring TRITONSERVER_DELAY_SCHEDULER=%r: not an integer", value)
-        return 0

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -28,6 +27,8 @@ from triton_serve.plugin import (
     Tensor,
 )
 from triton_serve.protos.model_config_pb2 import ModelConfig, ModelSequenceBatching
+
+from .delay import delay_scheduler_count
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +361,7 @@ class SequenceBatcher(Scheduler):
         self._routes: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
         self._backlog: deque[_Sequence] = deque()
         self._last_seen: dict[CorrelationId, int] = {}
-        self._delay_count = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER") or 0)
+        self._delay_count = delay_scheduler_count()
         self._accepted = 0
         self._queued = 0  # accepted requests that have not finished executing
         self._drained = asyncio.Event()

@@ -22,6 +22,31 @@ SHM = Path("/dev/shm")
 class ModelTestKit:
     """Helpers the tests reach through the ``kit`` fixture (test modules import nothing from here)."""
 
+    # Y = 2X; REQUESTS = how many requests this execute call got; ROWS = how many rows the request had.
+    # X above 1000 makes it return one row too few; a negative X makes it answer with an error.
+    batch_reporter_model = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                if (x < 0).any():
+                    error = pb_utils.TritonError("X holds a negative value", pb_utils.TritonError.INVALID_ARG)
+                    responses.append(pb_utils.InferenceResponse(error=error))
+                    continue
+                if (x > 1000).any():
+                    x = x[1:]
+                rows = x.shape[0]
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("Y", x * np.float32(2)),
+                    pb_utils.Tensor("REQUESTS", np.full((rows, 1), len(requests), np.int32)),
+                    pb_utils.Tensor("ROWS", np.full((rows, 1), rows, np.int32))], parameters={"rows": rows}))
+            return responses
+"""
+
     @staticmethod
     def write_model(repo: Path, name: str, model_py: str, config: str | None = None,
                     files: dict[str, str] | None = None) -> Path:

@@ -17,27 +17,6 @@ from triton_serve.testing import RunningServer
 
 pytest.importorskip("triton_serve_batching")
 
-# Y = 2X; REQUESTS = how many requests this execute call got; ROWS = how many rows the request had.
-BATCH_REPORTER = """
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            responses = []
-            for request in requests:
-                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-                if (x < 0).any():
-                    error = pb_utils.TritonError("X holds a negative value", pb_utils.TritonError.INVALID_ARG)
-                    responses.append(pb_utils.InferenceResponse(error=error))
-                    continue
-                rows = x.shape[0]
-                responses.append(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("Y", x * np.float32(2)),
-                    pb_utils.Tensor("REQUESTS", np.full((rows, 1), len(requests), np.int32)),
-                    pb_utils.Tensor("ROWS", np.full((rows, 1), rows, np.int32))]))
-            return responses
-"""
 CONFIG = """
     max_batch_size: 8
     dynamic_batching { }
@@ -82,7 +61,7 @@ def batching_server(kit: Any, tmp_path: Path, python_server: Any,
                     monkeypatch: pytest.MonkeyPatch) -> Callable[[str], RunningServer]:
     """A server for the reporter model whose first batch waits for 3 queued requests."""
     def start(config: str) -> RunningServer:
-        kit.write_model(tmp_path, "reporter", BATCH_REPORTER, config)
+        kit.write_model(tmp_path, "reporter", kit.batch_reporter_model, config)
         monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
         return python_server(tmp_path)
     return start

@@ -18,30 +18,6 @@ from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from triton_serve_python.backend import PythonBackend
 from triton_serve_python.stacking import stacks_requests
 
-# Y = 2X; REQUESTS = how many requests this execute call got; ROWS = how many rows the request had.
-# X above 1000 makes it return one row too few; a negative X makes it answer with an error.
-BATCH_REPORTER = """
-    import numpy as np
-    import triton_python_backend_utils as pb_utils
-
-    class TritonPythonModel:
-        def execute(self, requests):
-            responses = []
-            for request in requests:
-                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-                if (x < 0).any():
-                    error = pb_utils.TritonError("X holds a negative value", pb_utils.TritonError.INVALID_ARG)
-                    responses.append(pb_utils.InferenceResponse(error=error))
-                    continue
-                if (x > 1000).any():
-                    x = x[1:]
-                rows = x.shape[0]
-                responses.append(pb_utils.InferenceResponse([
-                    pb_utils.Tensor("Y", x * np.float32(2)),
-                    pb_utils.Tensor("REQUESTS", np.full((rows, 1), len(requests), np.int32)),
-                    pb_utils.Tensor("ROWS", np.full((rows, 1), rows, np.int32))], parameters={"rows": rows}))
-            return responses
-"""
 CONFIG = """
     name: "reporter"
     backend: "python"
@@ -68,7 +44,7 @@ def _request(x: np.ndarray, outputs: Sequence[str] = ()) -> InferenceRequest:
 def _execute(kit: Any, tmp_path: Path, shm_prefix: str, config: str, xs: Sequence[np.ndarray],
              outputs: Sequence[Sequence[str]] = ()) -> Sequence[InferenceResponse]:
     """Load one instance of the reporter model, execute ``xs`` as one batch of requests on it, unload it."""
-    model_dir = kit.write_model(tmp_path, "reporter", BATCH_REPORTER)
+    model_dir = kit.write_model(tmp_path, "reporter", kit.batch_reporter_model)
     spec = ModelSpec("reporter", 1, text_format.Parse(config, ModelConfig()), model_dir, model_dir / "1", "model.py")
     backend = PythonBackend({"shm-region-prefix-name": shm_prefix})
     instance = backend.create_instance(spec, InstanceSpec("reporter_0_0", ModelInstanceGroup(), 0, "CPU"))
@@ -155,11 +131,11 @@ def test_invalid_stack_requests_settings_are_refused(config: str, words: str) ->
 def test_invalid_stack_requests_fails_the_load_with_the_reason(kit: Any, tmp_path: Path, python_server: Any,
                                                                client_for: Any) -> None:
     body = CONFIG.replace('name: "reporter"\n    backend: "python"\n', "")
-    kit.write_model(tmp_path, "bad_value", BATCH_REPORTER,
+    kit.write_model(tmp_path, "bad_value", kit.batch_reporter_model,
                     body + 'parameters { key: "stack_requests", value: { string_value: "maybe" } }')
-    kit.write_model(tmp_path, "not_batching", BATCH_REPORTER, body.replace("max_batch_size: 8", "max_batch_size: 0")
+    kit.write_model(tmp_path, "not_batching", kit.batch_reporter_model, body.replace("max_batch_size: 8", "max_batch_size: 0")
                     + STACKED)
-    kit.write_model(tmp_path, "stacked", BATCH_REPORTER, body + STACKED)
+    kit.write_model(tmp_path, "stacked", kit.batch_reporter_model, body + STACKED)
     client = client_for(python_server(tmp_path))
     reasons = {entry["name"]: entry.get("reason", "") for entry in client.get_model_repository_index()
                if entry.get("state") != "READY"}
