@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,18 +53,27 @@ class InferenceResponse:
         return None
 
 
+# Receives a request's responses as they are sent: ``(response, final)``; ``None`` is a bare final flag.
+ResponseSink = Callable[["InferenceResponse | None", bool], None]
+# The data plane's step between a backend's ``send`` and the consumer (output shaping, statistics).
+ResponseFilter = Callable[["InferenceRequest", "InferenceResponse | None", bool], "InferenceResponse | None"]
+
+
 class InferenceRequest:
     """A request to one model, and the channel its 0..N responses travel back on.
 
     Front-ends build requests; the data plane validates them and hands them to the model's
     scheduler; a backend answers through ``send`` (or by returning responses from
-    ``ModelInstance.execute``). ``send`` must be called on the server's event loop.
+    ``ModelInstance.execute``). ``send`` must be called on the server's event loop. The consumer
+    either sets a sink (``set_sink``: called at once for each response, no task or queue) or reads
+    ``responses()``.
     """
 
     __slots__ = (
         "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
         "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled", "arrival_ns",
-        "enqueued_ns", "response_gate", "_queue", "_finished",
+        "enqueued_ns", "response_gate", "on_cancel", "_finished", "_filter", "_sink", "_pending", "_waiter",
+        "_held",
     )
 
     def __init__(
@@ -93,39 +103,89 @@ class InferenceRequest:
         # A scheduler may set a future here: responses reach the client only once it is done
         # (the dynamic batcher's preserve_ordering).
         self.response_gate: asyncio.Future[None] | None = None
-        self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
+        # Called once by ``cancel`` (a front-end process forwards the cancellation to the model owner).
+        self.on_cancel: Callable[[], None] | None = None
         self._finished = False
+        self._filter: ResponseFilter | None = None
+        self._sink: ResponseSink | None = None
+        self._pending: deque[tuple[InferenceResponse | None, bool]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._held: list[tuple[InferenceResponse | None, bool]] | None = None
 
     @property
     def finished(self) -> bool:
         """True once the final response (or final flag) has been sent."""
         return self._finished
 
+    def cancel(self) -> None:
+        """Mark the request cancelled (the client went away): queued, it will not run."""
+        if not self.cancelled.is_set():
+            self.cancelled.set()
+            if self.on_cancel is not None:
+                self.on_cancel()
+
+    def set_sink(self, sink: ResponseSink) -> None:
+        """Deliver every response to ``sink`` as it is sent (set before the request is submitted)."""
+        self._sink = sink
+
+    def set_filter(self, response_filter: ResponseFilter) -> None:
+        """Pass every response through ``response_filter`` before it reaches the consumer (the data plane's)."""
+        self._filter = response_filter
+
     def send(self, response: InferenceResponse | None, *, final: bool = True) -> None:
         """Send one response; ``final`` closes the stream. ``None`` sends only the final flag."""
         if self._finished:
             raise RuntimeError(f"request {self.id!r} to '{self.model_name}' already sent its final response")
         self._finished = final
-        self._queue.put_nowait((response, final))
+        if self._filter is not None:
+            response = self._filter(self, response, final)
+        gate = self.response_gate
+        if self._held is not None or (gate is not None and not gate.done()):
+            if self._held is None:
+                self._held = []
+                gate.add_done_callback(self._release_held)  # type: ignore[union-attr]
+            self._held.append((response, final))
+            return
+        self._deliver(response, final)
 
     def fail(self, error: ServerError) -> None:
         """Answer with an error as the final response, unless already finished."""
         if not self._finished:
             self.send(InferenceResponse.from_error(error))
 
+    def _release_held(self, _gate: asyncio.Future[None]) -> None:
+        held, self._held = self._held or [], None
+        for response, final in held:
+            self._deliver(response, final)
+
+    def _deliver(self, response: InferenceResponse | None, final: bool) -> None:
+        if self._sink is not None:
+            self._sink(response, final)
+            return
+        self._pending.append((response, final))
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def responses(self) -> AsyncIterator[tuple[InferenceResponse | None, bool]]:
-        """Yield ``(response, final)`` pairs until the final one (after ``response_gate``, if set)."""
+        """Yield ``(response, final)`` pairs until the final one (for consumers without a sink)."""
         while True:
-            if self.response_gate is not None:
-                await self.response_gate
-            response, final = await self._queue.get()
+            while not self._pending:
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
+            response, final = self._pending.popleft()
             yield response, final
             if final:
                 return
 
     async def single_response(self) -> InferenceResponse:
         """Wait for the one response of a non-decoupled request."""
-        async for response, _final in self.responses():
+        while True:
+            while not self._pending:
+                self._waiter = asyncio.get_running_loop().create_future()
+                await self._waiter
+            response, final = self._pending.popleft()
             if response is not None:
                 return response
-        raise ServerError(f"model '{self.model_name}' sent no response", Status.INTERNAL)
+            if final:
+                raise ServerError(f"model '{self.model_name}' sent no response", Status.INTERNAL)

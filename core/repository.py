@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from .pluginhost import PluginHost
 from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from .ratelimit import RateLimiter
 from .registry import install_hint
+from .route import ModelRoute
 from .scheduling import InstancePool, Scheduler
 from .sources import RepositorySource
 from .statistics import ModelStats
@@ -49,6 +51,11 @@ class ModelVersion:
     @property
     def config(self) -> ModelConfig:
         return self.spec.config
+
+    @functools.cached_property
+    def route(self) -> ModelRoute:
+        """What every request needs, resolved once (the config is final once the version serves)."""
+        return ModelRoute(self.spec.name, self.spec.config, self.labels)
 
     def is_ready(self) -> bool:
         """Loaded, with at least one instance able to serve (the pool routes around the others)."""

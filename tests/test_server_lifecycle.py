@@ -45,7 +45,7 @@ def test_stop_finishes_in_flight_requests(add_model, toy_server) -> None:  # typ
     server.call(server.server.stop)
     worker.join(30)
     assert result["out"] == [42]
-    assert not server.server.dataplane.server_ready()
+    assert not server.call(server.server.dataplane.server_ready)
 
 
 def test_cli_maps_triton_flags() -> None:
@@ -92,7 +92,7 @@ def test_cli_exits_cleanly_on_signal(tmp_path, signum: int) -> None:  # type: ig
         else:
             pytest.fail("server did not become ready")
         process.send_signal(signum)
-        assert process.wait(30) == 0
+        assert process.wait(30) == 0, process.communicate(timeout=10)[0].decode()
     finally:
         process.kill()
         output = process.communicate(timeout=10)[0].decode()

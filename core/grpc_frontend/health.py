@@ -17,7 +17,7 @@ class HealthCheckServicer(HealthServicer):
         self.dataplane = dataplane
 
     async def Check(self, request: HealthCheckRequest, context: Any) -> HealthCheckResponse:
-        ready = self.dataplane.server_ready()
+        ready = await self.dataplane.server_ready()
         return HealthCheckResponse(status=HealthCheckResponse.SERVING if ready else HealthCheckResponse.NOT_SERVING)
 
     async def Watch(self, request: HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:

@@ -65,23 +65,23 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @_rpc
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self.dataplane.live)
+        return pb.ServerLiveResponse(live=await self.dataplane.live())
 
     @_rpc
     async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.dataplane.server_ready())
+        return pb.ServerReadyResponse(ready=await self.dataplane.server_ready())
 
     @_rpc
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(ready=self.dataplane.model_ready(request.name, parse_version(request.version)))
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name, parse_version(request.version)))
 
     @_rpc
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(**self.dataplane.server_metadata())
+        return pb.ServerMetadataResponse(**await self.dataplane.server_metadata())
 
     @_rpc
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        found = self.dataplane.model_metadata(request.name, parse_version(request.version))
+        found = await self.dataplane.model_metadata(request.name, parse_version(request.version))
         tensor = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=found["name"], versions=found["versions"], platform=found["platform"],
@@ -89,7 +89,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
-        return pb.ModelConfigResponse(config=self.dataplane.model_config(request.name, parse_version(request.version)))
+        return pb.ModelConfigResponse(config=await self.dataplane.model_config(request.name, parse_version(request.version)))
 
     # ---- inference --------------------------------------------------------------------------
 
@@ -99,7 +99,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         try:
             response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
         except asyncio.CancelledError:  # the client cancelled or went away
-            infer_request.cancelled.set()
+            infer_request.cancel()
             raise
         message = pb.ModelInferResponse()
         encode_response(response, infer_request, message)
@@ -117,7 +117,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         _check_repository_name(request.repository_name)
         entry = pb.RepositoryIndexResponse.ModelIndex
         return pb.RepositoryIndexResponse(
-            models=[entry(**model) for model in self.dataplane.repository_index(request.ready)])
+            models=[entry(**model) for model in await self.dataplane.repository_index(request.ready)])
 
     @_rpc
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
@@ -137,7 +137,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
-        stats = self.dataplane.model_statistics(request.name, parse_version(request.version))
+        stats = await self.dataplane.model_statistics(request.name, parse_version(request.version))
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
 
     # ---- features not built yet ---------------------------------------------------------------

@@ -58,7 +58,7 @@ class InferStream:
     async def _read(self, requests: AsyncIterator[ModelInferRequest]) -> None:
         try:
             async for message in requests:
-                self._start(message)
+                await self._start(message)
             if self._tasks:
                 await asyncio.wait(list(self._tasks))
         except Exception as error:  # end the call with a status rather than leave the client waiting
@@ -67,18 +67,18 @@ class InferStream:
         else:
             self._outbox.put_nowait(None)
 
-    def _start(self, message: ModelInferRequest) -> None:
+    async def _start(self, message: ModelInferRequest) -> None:
         previous = done = None
-        if not self._is_decoupled(message):
+        if not await self._is_decoupled(message):
             previous = self._last_in_order
             done = self._last_in_order = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._run(message, previous, done))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _is_decoupled(self, message: ModelInferRequest) -> bool:
+    async def _is_decoupled(self, message: ModelInferRequest) -> bool:
         try:
-            return self.dataplane.is_decoupled(message.model_name, parse_version(message.model_version))
+            return await self.dataplane.is_decoupled(message.model_name, parse_version(message.model_version))
         except ServerError:  # reported, in order, by the request's task
             return False
 
@@ -91,7 +91,8 @@ class InferStream:
                 raise unavailable(SHUTTING_DOWN)
             request = decode_request(message)
             empty_final = wants_empty_final_response(message)
-            async for response, final in self.dataplane.stream(request):
+            self.dataplane.submit(request)
+            async for response, final in request.responses():
                 outgoing = _response_message(request, response, final, empty_final)
                 if outgoing is None:
                     continue
@@ -107,7 +108,7 @@ class InferStream:
             self._send(outgoing, error)
         except asyncio.CancelledError:
             if request is not None:
-                request.cancelled.set()
+                request.cancel()
             raise
         finally:
             if done is not None and not done.done():

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import re
 import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -13,12 +16,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..dataplane import DataPlane
-from ..errors import ServerError, Status
+from ..errors import ServerError, Status, internal
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
+
+log = logging.getLogger(__name__)
 
 HEADER_LENGTH = "inference-header-content-length"
 DECOUPLED_ERROR = "HTTP end point doesn't support models with decoupled transaction policy"
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
+# POST /v2/models/{model}[/versions/{version}]/infer, served by the raw ASGI path.
+INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/infer")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -37,7 +49,21 @@ class HttpFrontend:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
 
-    def app(self) -> Starlette:
+    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        """The ASGI app: ``POST .../infer`` on a lean raw-ASGI path, every other route through starlette."""
+        routes = self._routes()
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+            if match is None:
+                await routes(scope, receive, send)
+            elif scope["method"] == "POST":
+                await self._infer(scope, receive, send, match[1], match[2])
+            else:
+                await _send_json(send, 405, {"error": "Method Not Allowed"})
+        return app
+
+    def _routes(self) -> Starlette:
         model = "/v2/models/{model}"
         versioned = "/v2/models/{model}/versions/{version:int}"
         routes = [
@@ -58,7 +84,6 @@ class HttpFrontend:
                 Route(prefix + "/ready", self.model_ready, methods=["GET"]),
                 Route(prefix + "/config", self.model_config, methods=["GET"]),
                 Route(prefix + "/stats", self.model_statistics, methods=["GET"]),
-                Route(prefix + "/infer", self.infer, methods=["POST"]),
             ]
         return Starlette(routes=routes, exception_handlers={
             ServerError: self._server_error, HTTPException: self._http_error})
@@ -76,27 +101,27 @@ class HttpFrontend:
     # ---- health and metadata ----------------------------------------------------------------
 
     async def live(self, request: Request) -> Response:
-        return Response(status_code=200 if self.dataplane.live else 400)
+        return Response(status_code=200 if await self.dataplane.live() else 400)
 
     async def ready(self, request: Request) -> Response:
-        return Response(status_code=200 if self.dataplane.server_ready() else 400)
+        return Response(status_code=200 if await self.dataplane.server_ready() else 400)
 
     async def server_metadata(self, request: Request) -> Response:
-        return JSONResponse(self.dataplane.server_metadata())
+        return JSONResponse(await self.dataplane.server_metadata())
 
     async def model_metadata(self, request: Request) -> Response:
-        return JSONResponse(self.dataplane.model_metadata(request.path_params["model"], _version(request)))
+        return JSONResponse(await self.dataplane.model_metadata(request.path_params["model"], _version(request)))
 
     async def model_ready(self, request: Request) -> Response:
-        if self.dataplane.model_ready(request.path_params["model"], _version(request)):
+        if await self.dataplane.model_ready(request.path_params["model"], _version(request)):
             return Response(status_code=200)
         return _error("Model version not ready", 400)
 
     async def model_config(self, request: Request) -> Response:
-        return JSONResponse(self.dataplane.model_config_json(request.path_params["model"], _version(request)))
+        return JSONResponse(await self.dataplane.model_config_json(request.path_params["model"], _version(request)))
 
     async def model_statistics(self, request: Request) -> Response:
-        stats = self.dataplane.model_statistics(request.path_params.get("model", ""), _version(request))
+        stats = await self.dataplane.model_statistics(request.path_params.get("model", ""), _version(request))
         return JSONResponse({"model_stats": stats})
 
     # ---- inference --------------------------------------------------------------------------
@@ -106,9 +131,13 @@ class HttpFrontend:
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
             raise self._too_large(int(declared))
         body = await request.body()
+        return self._decoded(body, request.headers.get("content-encoding", ""))
+
+    def _decoded(self, body: bytes, encoding: str) -> bytes:
+        """The body within ``--http-max-input-size``, decompressed per its Content-Encoding."""
         if len(body) > self.max_input_size:
             raise self._too_large(len(body))
-        encoding = request.headers.get("content-encoding", "").strip().lower()
+        encoding = encoding.strip().lower()
         if encoding in ("gzip", "deflate"):
             decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
             try:
@@ -126,37 +155,63 @@ class HttpFrontend:
         return ServerError(f"request body of {size} bytes exceeds the maximum input size of "
                            f"{self.max_input_size} bytes (--http-max-input-size)")
 
-    async def infer(self, request: Request) -> Response:
-        name, version = request.path_params["model"], _version(request)
-        body = await self._body(request)
-        header_length = request.headers.get(HEADER_LENGTH)
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version_text: str | None) -> None:
+        """POST .../infer without starlette's Request and Response objects: one dict of headers, the body
+        read straight from ``receive``, the response sent as one start and one body message."""
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        try:
+            payload, response_headers = await self._run_infer(headers, receive, name,
+                                                               int(version_text) if version_text else None)
+        except ServerError as error:
+            await _send_json(send, error.status.http_status, {"error": error.message})
+            return
+        except Exception as error:  # a bug answers like any other error, and the server carries on
+            log.exception("HTTP inference on model '%s' failed", name)
+            await _send_json(send, 500, {"error": internal(f"{type(error).__name__}: {error}").message})
+            return
+        await _send(send, 200, response_headers, payload)
+
+    async def _run_infer(self, headers: dict[str, str], receive: Receive, name: str,
+                         version: int | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        body = await self._read_body(headers, receive)
+        header_length = headers.get(HEADER_LENGTH)
         if header_length is not None and header_length.strip() == "0":
-            infer_request = parse_raw_binary(body, self.dataplane.model_config(name, version), name, version)
+            config = await self.dataplane.model_config(name, version)
+            infer_request = parse_raw_binary(body, config, name, version)
         else:
             header, binary = split_body(body, header_length)
             infer_request = parse_request(header, binary, name, version)
         response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
         payload, json_length = encode_response(response, infer_request, name)
-        headers = {}
+        response_headers = []
         if json_length is not None:
-            headers["Inference-Header-Content-Length"] = str(json_length)
-            media_type = "application/octet-stream"
+            response_headers.append((b"inference-header-content-length", str(json_length).encode()))
+            response_headers.append((b"content-type", b"application/octet-stream"))
         else:
-            media_type = "application/json"
-        payload = self._compress(request, payload, headers)
-        return Response(payload, media_type=media_type, headers=headers)
+            response_headers.append((b"content-type", b"application/json"))
+        accepted = headers.get("accept-encoding")
+        if accepted:
+            payload = _compress(accepted, payload, response_headers)
+        return payload, response_headers
 
-    @staticmethod
-    def _compress(request: Request, payload: bytes, headers: dict[str, str]) -> bytes:
-        accepted = [e.split(";")[0].strip().lower() for e in request.headers.get("accept-encoding", "").split(",")]
-        for encoding in accepted:
-            if encoding == "gzip":
-                headers["Content-Encoding"] = "gzip"
-                return gzip.compress(payload, compresslevel=6)
-            if encoding == "deflate":
-                headers["Content-Encoding"] = "deflate"
-                return zlib.compress(payload)
-        return payload
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
+            raise self._too_large(int(declared))
+        message = await receive()
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            chunks = [body]
+            size = len(body)
+            while message.get("more_body", False):
+                message = await receive()
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_input_size:
+                    raise self._too_large(size)
+                chunks.append(chunk)
+            body = b"".join(chunks)
+        return self._decoded(body, headers.get("content-encoding", ""))
 
     # ---- model repository -------------------------------------------------------------------
 
@@ -177,7 +232,7 @@ class HttpFrontend:
         ready = doc.get("ready", False)
         if not isinstance(ready, bool):
             raise ServerError("'ready' must be a boolean")
-        return JSONResponse(self.dataplane.repository_index(ready))
+        return JSONResponse(await self.dataplane.repository_index(ready))
 
     async def load(self, request: Request) -> Response:
         doc = await self._json_body(request)
@@ -194,3 +249,26 @@ class HttpFrontend:
 
     async def named_repository(self, request: Request) -> Response:
         raise ServerError("'repository_name' specification is not supported", Status.UNSUPPORTED)
+
+
+def _compress(accept_encoding: str, payload: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """Compress with the first of gzip or deflate the client accepts (Accept-Encoding order)."""
+    for encoding in accept_encoding.split(","):
+        encoding = encoding.split(";")[0].strip().lower()
+        if encoding == "gzip":
+            headers.append((b"content-encoding", b"gzip"))
+            return gzip.compress(payload, compresslevel=6)
+        if encoding == "deflate":
+            headers.append((b"content-encoding", b"deflate"))
+            return zlib.compress(payload)
+    return payload
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> None:
+    headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
+    await _send(send, status, [(b"content-type", b"application/json")], json.dumps(doc).encode())

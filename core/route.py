@@ -1,0 +1,191 @@
+"""What every request to one model version needs, resolved once at the version's first request:
+input checks with Triton's messages, reshape, and the shaping of outputs back to the client."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .datatypes import element_count, name_of_config_type
+from .errors import ServerError, internal
+from .inference import InferenceRequest, InferenceResponse, Tensor
+
+if TYPE_CHECKING:
+    from .protos.model_config_pb2 import ModelConfig
+
+_RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRule:
+    """One declared input or output: its datatype name, dims past the batch dimension, and reshape."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool
+    reshape: tuple[int, ...] | None
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        return len(shape) == len(self.dims) and all(d == -1 or d == s for s, d in zip(shape, self.dims))
+
+
+def _rule(spec: Any, optional: bool = False) -> TensorRule:
+    reshape = tuple(spec.reshape.shape) if spec.HasField("reshape") else None
+    return TensorRule(spec.name, name_of_config_type(spec.data_type), tuple(spec.dims), optional, reshape)
+
+
+class ModelRoute:
+    """Per model version: ``validate`` a request before it is scheduled, ``shape`` each response after."""
+
+    def __init__(self, name: str, config: ModelConfig, labels: dict[str, list[str]]) -> None:
+        self.name = name
+        self.max_batch_size = config.max_batch_size
+        self.batching = config.max_batch_size > 0
+        self.decoupled = config.model_transaction_policy.decoupled
+        self.cacheable = config.response_cache.enable
+        self.inputs = {spec.name: _rule(spec, spec.optional) for spec in config.input}
+        self.required = [n for n, rule in self.inputs.items() if not rule.optional]
+        self.outputs = {spec.name: _rule(spec) for spec in config.output}
+        self.labels = labels
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def validate(self, request: InferenceRequest) -> None:
+        """Check inputs and requested outputs against the config (Triton's messages); apply reshape."""
+        name = self.name
+        if request.parameters and not _RESERVED.isdisjoint(request.parameters):
+            apply_reserved_parameters(request)
+        declared = self.inputs
+        for input_name in request.inputs:
+            if input_name not in declared:
+                raise ServerError(f"unexpected inference input '{input_name}' for model '{name}'")
+        missing = [n for n in self.required if n not in request.inputs]
+        if missing:
+            raise ServerError(
+                f"expected {len(declared)} inputs but got {len(request.inputs)} inputs for model '{name}'. "
+                f"Got input(s) {list(request.inputs)}, but missing required input(s) {missing}. "
+                "Please provide all required input(s).")
+        batching = self.batching
+        batch_size = None
+        for tensor in request.inputs.values():
+            rule = declared[tensor.name]
+            if tensor.datatype != rule.datatype:
+                raise ServerError(f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                                  f"but model '{name}' expects '{rule.datatype}'")
+            shape = tensor.shape
+            if batching:
+                if not shape:
+                    raise ServerError(f"inference input '{tensor.name}' for model '{name}' has no batch "
+                                      f"dimension; expected shape {[-1, *rule.dims]}")
+                if not 1 <= shape[0] <= self.max_batch_size:
+                    raise ServerError(f"inference request batch-size must be <= {self.max_batch_size} "
+                                      f"for '{name}', got {shape[0]} for input '{tensor.name}'")
+                if batch_size is not None and shape[0] != batch_size:
+                    raise ServerError(f"inputs of a request to model '{name}' must share one batch size; "
+                                      f"input '{tensor.name}' has {shape[0]}, another has {batch_size}")
+                batch_size = shape[0]
+                shape = shape[1:]
+            if not rule.matches(shape):
+                expected = [-1, *rule.dims] if batching else list(rule.dims)
+                raise ServerError(f"unexpected shape for input '{tensor.name}' for model '{name}'. "
+                                  f"Expected {expected}, got {list(tensor.shape)}")
+            if rule.reshape is not None:
+                prefix = tensor.shape[:1] if batching else ()
+                tensor.data = tensor.data.reshape(prefix + rule.reshape)
+                tensor.shape = tuple(tensor.data.shape)
+        for output in request.outputs:
+            if output.name not in self.outputs:
+                raise ServerError(f"unexpected inference output '{output.name}' for model '{name}'")
+
+    # ---- responses ------------------------------------------------------------------------------
+
+    def shape(self, request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
+        """Keep only the requested outputs, check them against the config, undo reshape, classify."""
+        wanted = {o.name: o for o in request.outputs}
+        batching = self.batching
+        outputs: list[Tensor] = []
+        for tensor in response.outputs:
+            if wanted and tensor.name not in wanted:
+                continue
+            rule = self.outputs.get(tensor.name)
+            if rule is None:
+                raise internal(f"model '{request.model_name}' returned output '{tensor.name}', "
+                               "which its config does not declare")
+            if tensor.datatype != rule.datatype:
+                raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with datatype "
+                               f"'{tensor.datatype}', but its config declares '{rule.datatype}'")
+            if rule.reshape is not None and (tensor.shape or not batching) and -1 not in rule.dims:
+                prefix = tensor.shape[:1] if batching else ()
+                tensor.data = tensor.data.reshape(prefix + rule.dims)
+                tensor.shape = tuple(tensor.data.shape)
+            check_shape = tensor.shape[1:] if batching else tensor.shape
+            if not rule.matches(tuple(check_shape)):
+                raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with shape "
+                               f"{list(tensor.shape)}, which does not match its config dims "
+                               f"{([-1] if batching else []) + list(rule.dims)}")
+            if element_count(tensor.shape) != tensor.data.size:
+                raise internal(f"model '{request.model_name}' returned output '{tensor.name}' whose data holds "
+                               f"{tensor.data.size} elements for shape {list(tensor.shape)}")
+            requested = wanted.get(tensor.name)
+            if requested is not None and "classification" in requested.parameters:
+                tensor = classify(tensor, requested.parameters["classification"], self.labels.get(tensor.name),
+                                  batching)
+            elif requested is not None:
+                tensor.parameters = dict(requested.parameters)
+            outputs.append(tensor)
+        missing = set(wanted) - {t.name for t in outputs} if wanted else ()
+        if missing:
+            raise internal(f"model '{request.model_name}' did not return requested output(s) {sorted(missing)}")
+        response.outputs = outputs
+        return response
+
+
+def apply_reserved_parameters(request: InferenceRequest) -> None:
+    """Move the reserved request parameters (sequence, priority, timeout) into request fields."""
+    params = request.parameters
+    try:
+        sequence_id = params.get("sequence_id", 0)
+        if not isinstance(sequence_id, (int, str)) or isinstance(sequence_id, bool):
+            raise TypeError("sequence_id must be an unsigned integer or a string")
+        request.sequence_id = sequence_id
+        request.sequence_start = _as_bool(params.get("sequence_start", False), "sequence_start")
+        request.sequence_end = _as_bool(params.get("sequence_end", False), "sequence_end")
+        request.priority = _as_uint(params.get("priority", 0), "priority")
+        request.timeout_us = _as_uint(params.get("timeout", 0), "timeout")
+    except TypeError as error:
+        raise ServerError(f"invalid request parameter for model '{request.model_name}': {error}") from None
+
+
+def _as_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a boolean")
+    return value
+
+
+def _as_uint(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{name} must be an unsigned integer")
+    return value
+
+
+def classify(tensor: Tensor, count: Any, labels: list[str] | None, batching: bool) -> Tensor:
+    """Triton's classification extension: the top ``count`` values as "value:index[:label]" strings."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ServerError(f"classification count for output '{tensor.name}' must be a positive integer")
+    if tensor.datatype == "BYTES":
+        raise ServerError(f"output '{tensor.name}' holds BYTES and cannot be classified")
+    rows = tensor.data.reshape((tensor.shape[0], -1)) if batching else tensor.data.reshape((1, -1))
+    k = min(count, rows.shape[1])
+    result = np.empty((rows.shape[0], k), dtype=np.object_)
+    for r, row in enumerate(rows):
+        for c, index in enumerate(np.argsort(-row.astype(np.float64), kind="stable")[:k]):
+            value = row[index]
+            text = f"{value:f}" if np.issubdtype(row.dtype, np.floating) else str(value)
+            text += f":{index}"
+            if labels is not None and index < len(labels):
+                text += f":{labels[index]}"
+            result[r, c] = text.encode()
+    shape = tuple(result.shape) if batching else (k,)
+    return Tensor(tensor.name, "BYTES", shape, result.reshape(shape), {})
