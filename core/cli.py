@@ -9,6 +9,9 @@ import signal
 import sys
 
 from .errors import ServerError
+from .frontend_pool import default_process_count
+from .frontends import run_on_fast_loop
+from .http.serving import HTTP_SERVERS
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
@@ -36,6 +39,16 @@ def _keyed_options(text: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
+def _frontend_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of processes (0 or more), got '{text}'")
+    return count
+
+
 def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
     try:
         return parse_resource_flag(value)
@@ -54,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         flag(f"--{proto}-port", type=int, default=port)
         flag(f"--{proto}-address", default="0.0.0.0")
         flag(f"--allow-{proto}", type=_bool, nargs="?", const=True, default=True)
+    flag("--http-server", choices=list(HTTP_SERVERS), default="uvicorn",
+         help="the HTTP/1.1 server: uvicorn with httptools (default, fastest) or hypercorn (also serves HTTP/2)")
+    flag("--frontend-processes", type=_frontend_count, default=default_process_count(),
+         help="processes that accept HTTP and gRPC on the server's ports and forward to the process that owns "
+              "the models; 0 serves both protocols in that process (default: one per core, here "
+              f"{default_process_count()})")
     _add_grpc_flags(parser)
     flag("--model-control-mode", choices=["none", "explicit"], default="none")
     flag("--load-model", dest="load_models", action="append", default=[],
@@ -111,6 +130,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     return ServerOptions(
         model_repositories=args.model_repositories,
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
+        http_server=args.http_server, frontend_processes=args.frontend_processes,
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
         grpc_options=_grpc_options(args),
         metrics_address=args.metrics_address, metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
@@ -161,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
                             format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
-        asyncio.run(_run(options_from_args(args)))
+        run_on_fast_loop(_run(options_from_args(args)))
     except ServerError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
-
 from .dataplane import DataPlane
 from .errors import ServerError, Status
-from .grpc_frontend.server import GrpcFrontend, GrpcOptions
-from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
+from .frontend_pool import FrontendPool
+from .frontends import FrontendOptions, Frontends
+from .grpc_frontend.server import GrpcOptions
+from .http.app import DEFAULT_MAX_INPUT_SIZE
 from .pluginhost import PluginHost
 from .ratelimit import RateLimiter
 from .repository import ModelRepository, RepositoryOptions
@@ -36,6 +35,10 @@ class ServerOptions:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     allow_http: bool = True
+    http_server: str = "uvicorn"  # or "hypercorn"
+    # Processes that accept HTTP and gRPC and forward to this one (SO_REUSEPORT); 0: serve both
+    # protocols in this process. The CLI's default is one per core.
+    frontend_processes: int = 0
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_grpc: bool = True
@@ -58,6 +61,13 @@ class ServerOptions:
     rate_limit_resources: dict[tuple[str, int | None], int] = field(default_factory=dict)
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
 
+    def frontend_options(self) -> FrontendOptions:
+        return FrontendOptions(
+            http_address=self.http_address, http_port=self.http_port, allow_http=self.allow_http,
+            http_server=self.http_server, http_max_input_size=self.http_max_input_size,
+            grpc_address=self.grpc_address, grpc_port=self.grpc_port, allow_grpc=self.allow_grpc,
+            grpc_options=self.grpc_options)
+
 
 class Server:
     """One running triton-serve: ``await start()``, then ``await wait_stopped()`` or ``await stop()``."""
@@ -78,9 +88,10 @@ class Server:
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
                                    extensions=extensions, cache=self._make_cache(),
                                    control_mode=options.model_control_mode)
+        self.dataplane.accepting = False  # not ready until every front-end serves
+        self.frontends: Frontends | FrontendPool | None = None
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
 
     def _make_cache(self):  # type: ignore[no-untyped-def]
         if self.options.cache_config is None:
@@ -93,16 +104,24 @@ class Server:
         return factory(cache_options)
 
     async def start(self) -> None:
-        """Load the models the control mode asks for, then open the front-ends."""
+        """Load the models the control mode asks for, then open the front-ends (in this process, or
+        in ``frontend_processes`` processes of their own)."""
         await self._load_initial_models()
-        if self.options.allow_grpc:
-            grpc_frontend = GrpcFrontend(self.dataplane, self.options.grpc_address, self.options.grpc_port,
-                                         self.options.grpc_options)
-            await grpc_frontend.start()
-            self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
-        if self.options.allow_http:
-            app = HttpFrontend(self.dataplane, self.options.http_max_input_size).app()
-            self._tasks.append(asyncio.create_task(self._serve_http(app)))
+        options = self.options
+        if not (options.allow_http or options.allow_grpc):
+            self.dataplane.accepting = True
+            return
+        if options.frontend_processes > 0:
+            self.frontends = FrontendPool(self.dataplane, options.frontend_options(), options.frontend_processes)
+        else:
+            self.frontends = Frontends(self.dataplane, options.frontend_options())
+        try:
+            await self.frontends.start()
+        except BaseException:
+            self.frontends = None
+            await self.repository.shutdown()
+            raise
+        self.dataplane.accepting = not self._stopping.is_set()
 
     async def _load_initial_models(self) -> None:
         mode = self.options.model_control_mode
@@ -122,31 +141,20 @@ class Server:
                 raise ServerError(f"exiting because model(s) failed to load (--exit-on-error): "
                                   f"{', '.join(failed)}", Status.UNAVAILABLE)
 
-    async def _serve_http(self, app: Any) -> None:
-        config = HypercornConfig()
-        config.bind = [f"{self.options.http_address}:{self.options.http_port}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")  # our log handlers only: no second copy
-        config.graceful_timeout = 30.0
-        config.keep_alive_timeout = 75.0
-        await serve(app, config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
-
-    async def _serve_grpc(self, frontend: GrpcFrontend) -> None:
-        await self._stopping.wait()
-        await frontend.stop()
-
     def request_stop(self) -> None:
         """Begin a graceful stop (signal handlers call this): readiness turns false at once."""
         self.dataplane.accepting = False
+        if self.frontends is not None:
+            self.frontends.request_stop()
         self._stopping.set()
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish, unload every model."""
         self.request_stop()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.frontends is not None:
+            await self.frontends.wait_stopped()
         await self.repository.shutdown()
-        self.dataplane.live = False
+        self.dataplane.is_live = False
         self._stopped.set()
 
     async def wait_stopped(self) -> None:

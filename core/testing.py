@@ -24,6 +24,7 @@ from google.protobuf import text_format
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
 from .errors import ServerError, Status
+from .frontends import new_event_loop
 from .hookspecs import hookimpl
 from .inference import InferenceRequest, InferenceResponse, Tensor
 from .protos.model_config_pb2 import ModelConfig
@@ -203,7 +204,7 @@ class RunningServer:
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="triton-serve", daemon=True)
         self.thread.start()
         self.server: Server = self.call(self._create)

@@ -50,9 +50,20 @@ def add_model(repo: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def toy_server(tserve, toy_plugin, repo):  # type: ignore[no-untyped-def]
+def frontend_processes() -> int:
+    """How many front-end processes ``toy_server`` starts (0: front-ends in the test process). A test
+    module that must behave the same either way overrides this with ``params=FRONTEND_MODES``."""
+    return 0
+
+
+FRONTEND_MODES = [0, 2]  # in-process front-ends, and two front-end processes forwarding to the owner
+
+
+@pytest.fixture
+def toy_server(tserve, toy_plugin, repo, frontend_processes):  # type: ignore[no-untyped-def]
     """Start a server on ``repo`` with the toy backends; call it after adding models."""
     def start(**options):  # type: ignore[no-untyped-def]
+        options.setdefault("frontend_processes", frontend_processes)
         return tserve(repo, extra_plugins=[("toy", toy_plugin)], **options)
     return start
 

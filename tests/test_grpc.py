@@ -14,7 +14,14 @@ from tritonclient.utils import InferenceServerException
 
 from triton_serve.server import CORE_EXTENSIONS
 
-from .conftest import ADD_SUB, DATATYPES, every_datatype_config
+from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config
+
+
+@pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")
+def frontend_processes(request: pytest.FixtureRequest) -> int:
+    """Every test here runs with in-process front-ends and with two front-end processes."""
+    return int(request.param)
+
 
 REPEAT = """
 backend: "toy_repeat"

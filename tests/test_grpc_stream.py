@@ -19,8 +19,15 @@ from triton_serve.hookspecs import hookimpl
 from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
 from triton_serve.registry import BackendRegistry
 
-from .conftest import ADD_SUB
+from .conftest import ADD_SUB, FRONTEND_MODES
 from .test_grpc import FAILING, REPEAT
+
+
+@pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")
+def frontend_processes(request: pytest.FixtureRequest) -> int:
+    """Every test here runs with in-process front-ends and with two front-end processes."""
+    return int(request.param)
+
 
 IDENTITY = """
 backend: "toy_identity"

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from .conftest import ADD_SUB
+from .conftest import ADD_SUB, FRONTEND_MODES
+
+
+@pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")
+def frontend_processes(request: pytest.FixtureRequest) -> int:
+    """Every test here runs with in-process front-ends and with two front-end processes."""
+    return int(request.param)
 
 
 @pytest.fixture
@@ -78,10 +84,9 @@ JSON_CASES = [
 
 @pytest.mark.parametrize(("body", "status", "message"), JSON_CASES, ids=[c[2][:50] for c in JSON_CASES])
 def test_bad_json_requests(url: str, body: object, status: int, message: str) -> None:
-    if isinstance(body, dict) and isinstance(body.get("inputs"), list):
-        for item in body["inputs"]:
-            if item.get("data") is None:
-                item.pop("data")
+    if isinstance(body, dict) and isinstance(body.get("inputs"), list):  # "data": None means no data
+        body = {**body, "inputs": [{k: v for k, v in item.items() if not (k == "data" and v is None)}
+                                   for item in body["inputs"]]}
     assert_error(post(url, "/v2/models/add_sub/infer", body), status, message)
 
 

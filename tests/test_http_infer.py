@@ -11,7 +11,14 @@ import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 
-from .conftest import ADD_SUB, DATATYPES, every_datatype_config
+from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config
+
+
+@pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")
+def frontend_processes(request: pytest.FixtureRequest) -> int:
+    """Every test here runs with in-process front-ends and with two front-end processes."""
+    return int(request.param)
+
 
 @pytest.fixture
 def client(add_model, toy_server):  # type: ignore[no-untyped-def]

@@ -1,0 +1,147 @@
+"""The wire between front-end processes and the model owner: binary frames over a Unix socket.
+
+A frame is a fixed header (kind, id, metadata length, tensor-data length), the metadata as a
+``marshal``-ed tuple of plain values, then the raw bytes of every tensor, back to back. Requests
+and responses carry tensors in the same little-endian layout HTTP and gRPC use, so each side
+builds numpy arrays straight over the received frame.
+"""
+from __future__ import annotations
+
+import marshal
+import struct
+from typing import Any
+
+import numpy as np
+
+from .datatypes import from_wire_bytes, to_wire_bytes
+from .errors import ServerError, Status
+from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes
+
+# front-end -> owner
+REQUEST = 1  # meta: (model, version or -1, id, parameters, inputs, outputs, decoupled error or None)
+CANCEL = 2  # the request with this id was cancelled by its client
+CALL = 3  # meta: (method name, arguments): health, metadata and repository calls
+STARTED = 4  # meta: (error text or None,): the front-end bound its ports (or could not)
+# owner -> front-end
+RESPONSE = 5  # meta: (final, has response, error or None, parameters, outputs, model version)
+REPLY = 6  # meta: (ok, result, or (message, status name) when not ok)
+
+Frame = tuple[int, int, Any, memoryview]
+
+
+def encode(kind: int, frame_id: int, meta: Any, blobs: list[bytes] | None = None) -> bytes:
+    packed = marshal.dumps(meta)
+    data = b"".join(blobs) if blobs else b""
+    return b"".join((HEADER.pack(kind, frame_id, len(packed), len(data)), packed, data))
+
+
+class FrameReader:
+    """Reassembles frames from a byte stream that may split or merge them anywhere."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buffer = self._buffer
+        buffer += data
+        frames = []
+        start, end = 0, len(buffer)
+        while end - start >= HEADER.size:
+            kind, frame_id, meta_size, data_size = HEADER.unpack_from(buffer, start)
+            body = start + HEADER.size
+            stop = body + meta_size + data_size
+            if stop > end:
+                break
+            frame = bytes(buffer[body:stop])  # the tensors' arrays keep this copy alive
+            frames.append((kind, frame_id, marshal.loads(frame[:meta_size]), memoryview(frame)[meta_size:]))
+            start = stop
+        del buffer[:start]
+        return frames
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars turned into Python ones, so marshal can write it."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
+
+def _tensors(tensors: list[Tensor]) -> tuple[list[tuple[Any, ...]], list[bytes]]:
+    described, blobs = [], []
+    for tensor in tensors:
+        blob = to_wire_bytes(tensor.datatype, tensor.data)
+        described.append((tensor.name, tensor.datatype, tensor.shape, len(blob), tensor.parameters or None))
+        blobs.append(blob)
+    return described, blobs
+
+
+def _arrays(described: list[tuple[Any, ...]], data: memoryview) -> list[Tensor]:
+    tensors, offset = [], 0
+    for name, datatype, shape, size, parameters in described:
+        array = from_wire_bytes(datatype, shape, data[offset:offset + size])
+        tensors.append(Tensor(name, datatype, shape, array, parameters or {}))
+        offset += size
+    return tensors
+
+
+# ---- requests ------------------------------------------------------------------------------------
+
+def encode_request(frame_id: int, request: InferenceRequest, decoupled_error: str | None) -> bytes:
+    inputs, blobs = _tensors(list(request.inputs.values()))
+    outputs = [(output.name, output.parameters or None) for output in request.outputs]
+    version = -1 if request.model_version is None else request.model_version
+    meta = (request.model_name, version, request.id, request.parameters or None, inputs, outputs, decoupled_error)
+    try:
+        return encode(REQUEST, frame_id, meta, blobs)
+    except ValueError:  # a parameter holds something marshal cannot write
+        return encode(REQUEST, frame_id, plain(meta), blobs)
+
+
+def decode_request(meta: Any, data: memoryview) -> tuple[InferenceRequest, str | None]:
+    model, version, request_id, parameters, inputs, outputs, decoupled_error = meta
+    request = InferenceRequest(
+        model, None if version < 0 else version, id=request_id,
+        inputs={tensor.name: tensor for tensor in _arrays(inputs, data)},
+        outputs=[RequestedOutput(name, parameters or {}) for name, parameters in outputs],
+        parameters=parameters or {})
+    return request, decoupled_error
+
+
+# ---- responses -----------------------------------------------------------------------------------
+
+def encode_error(error: ServerError) -> tuple[str, str]:
+    return error.message, error.status.name
+
+
+def decode_error(error: tuple[str, str]) -> ServerError:
+    return ServerError(error[0], Status[error[1]])
+
+
+def encode_response(frame_id: int, response: InferenceResponse | None, final: bool, version: int | None) -> bytes:
+    """A response frame; ``version`` is the model version the owner resolved for the request."""
+    if response is None:
+        return encode(RESPONSE, frame_id, (final, False, None, None, None, version))
+    if response.error is not None:
+        return encode(RESPONSE, frame_id, (final, True, encode_error(response.error), None, None, version))
+    outputs, blobs = _tensors(response.outputs)
+    meta = (final, True, None, response.parameters or None, outputs, version)
+    try:
+        return encode(RESPONSE, frame_id, meta, blobs)
+    except ValueError:
+        return encode(RESPONSE, frame_id, plain(meta), blobs)
+
+
+def decode_response(meta: Any, data: memoryview) -> tuple[InferenceResponse | None, bool, int | None]:
+    """(response or None for a bare final flag, final, the resolved model version)."""
+    final, has_response, error, parameters, outputs, version = meta
+    if not has_response:
+        return None, final, version
+    if error is not None:
+        return InferenceResponse.from_error(decode_error(error)), final, version
+    return InferenceResponse(_arrays(outputs, data), parameters or {}), final, version

@@ -1,0 +1,228 @@
+"""The model owner's side of multi-process serving: starts the front-end processes, serves each one's
+channel with the data plane, and restarts a front-end process that dies."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from . import channel
+from .dataplane import DataPlane
+from .errors import ServerError, internal, unavailable
+from .frontends import FrontendOptions
+from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket
+from .inference import InferenceRequest, InferenceResponse
+
+log = logging.getLogger("triton_serve.frontend")
+
+START_TIMEOUT_S = 60.0
+RESTART_DELAY_S = 0.5
+# The data plane methods a front-end process may call, besides inference.
+CALLS = {"live", "server_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
+         "model_config_json", "is_decoupled", "model_statistics", "repository_index", "load_model",
+         "unload_model"}
+
+
+def default_process_count() -> int:
+    """One front-end process per core this server may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _Endpoint(asyncio.Protocol):
+    """The owner's end of one front-end process's channel: runs its requests and calls."""
+
+    def __init__(self, dataplane: DataPlane, started: asyncio.Future[str | None]) -> None:
+        self.dataplane = dataplane
+        self.started = started
+        self.requests: dict[int, InferenceRequest] = {}
+        self.served = 0  # requests received over this channel
+        self._reader = channel.FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        for kind, frame_id, meta, payload in self._reader.feed(data):
+            if kind == channel.REQUEST:
+                self._start_request(frame_id, meta, payload)
+            elif kind == channel.CANCEL:
+                request = self.requests.get(frame_id)
+                if request is not None:
+                    request.cancel()
+            elif kind == channel.CALL:
+                task = asyncio.get_running_loop().create_task(self._answer_call(frame_id, *meta))
+                self._calls.add(task)
+                task.add_done_callback(self._calls.discard)
+            elif kind == channel.STARTED and not self.started.done():
+                self.started.set_result(meta[0])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The front-end process is gone: its queued requests are dropped, its clients with it."""
+        for request in list(self.requests.values()):
+            request.cancel()
+        for task in self._calls:
+            task.cancel()
+        if not self.started.done():
+            self.started.set_result("the front-end process exited before it started serving")
+
+    def _write(self, frame: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frame)
+
+    def _start_request(self, request_id: int, meta: Any, payload: memoryview) -> None:
+        try:
+            request, decoupled_error = channel.decode_request(meta, payload)
+        except (ValueError, TypeError) as error:
+            self._write(channel.encode_response(request_id, InferenceResponse.from_error(
+                internal(f"unreadable request from a front-end process: {error}")), True, None))
+            return
+
+        def sink(response: InferenceResponse | None, final: bool) -> None:
+            if final:
+                self.requests.pop(request_id, None)
+            self._write(channel.encode_response(request_id, response, final, request.model_version))
+
+        request.set_sink(sink)
+        self.requests[request_id] = request
+        self.served += 1
+        try:
+            self.dataplane.submit(request, decoupled_error=decoupled_error)
+        except ServerError as error:
+            self.requests.pop(request_id, None)
+            self._write(channel.encode_response(request_id, InferenceResponse.from_error(error), True,
+                                                request.model_version))
+
+    async def _answer_call(self, call_id: int, method: str, args: Any) -> None:
+        try:
+            if method not in CALLS:
+                raise internal(f"front-end process called unknown method '{method}'")
+            result = await getattr(self.dataplane, method)(*args)
+            if method == "model_config":
+                result = result.SerializeToString()
+            reply = channel.encode(channel.REPLY, call_id, (True, result))
+        except ServerError as error:
+            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(error)))
+        except Exception as error:
+            log.exception("front-end call %s failed", method)
+            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(
+                internal(f"{type(error).__name__}: {error}"))))
+        self._write(reply)
+
+
+class _FrontendProcess:
+    """One front-end process, relaunched by its pool when it dies."""
+
+    def __init__(self, pool: FrontendPool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.process: asyncio.subprocess.Process | None = None
+        self.endpoint: _Endpoint | None = None
+        self.watcher: asyncio.Task[None] | None = None
+
+    async def launch(self) -> str | None:
+        """Start the process and wait until it serves; the error text if it could not."""
+        loop = asyncio.get_running_loop()
+        owner_end, frontend_end = socket.socketpair()
+        started: asyncio.Future[str | None] = loop.create_future()
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "triton_serve.frontend_process", str(frontend_end.fileno()),
+                json.dumps(self.pool.options.to_dict()), pass_fds=(frontend_end.fileno(),),
+                stdin=subprocess.DEVNULL)
+            self.endpoint = _Endpoint(self.pool.dataplane, started)
+            await loop.create_unix_connection(lambda: self.endpoint, sock=owner_end)  # type: ignore[arg-type,return-value]
+        except BaseException:
+            owner_end.close()
+            raise
+        finally:
+            frontend_end.close()
+        self.watcher = loop.create_task(self._watch(self.process))
+        try:
+            return await asyncio.wait_for(started, START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return f"the front-end process did not start serving within {START_TIMEOUT_S:g} s"
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        if self.pool.stopping:
+            return
+        log.error("front-end process %d (pid %d) exited with code %s; restarting it", self.index, process.pid, code)
+        await asyncio.sleep(RESTART_DELAY_S)
+        while not self.pool.stopping:
+            error = await self.launch()
+            if error is None:
+                log.info("front-end process %d restarted (pid %d)", self.index, self.process.pid)  # type: ignore[union-attr]
+                return
+            log.error("front-end process %d could not be restarted: %s", self.index, error)
+            await asyncio.sleep(RESTART_DELAY_S * 10)
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.returncode is None:
+            try:
+                self.process.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    async def wait_exit(self, timeout: float) -> None:
+        if self.process is None:
+            return
+        try:
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.warning("front-end process %d did not stop within %g s; killing it", self.index, timeout)
+            self.signal(signal.SIGKILL)
+            await self.process.wait()
+
+
+class FrontendPool:
+    """``count`` front-end processes accepting on the server's ports, forwarding to ``dataplane``.
+
+    ``await start()`` returns once every process serves (or raises, naming what failed);
+    ``request_stop()`` asks each to drain; ``await wait_stopped()``.
+    """
+
+    def __init__(self, dataplane: DataPlane, options: FrontendOptions, count: int) -> None:
+        self.dataplane = dataplane
+        self.options = options
+        self.processes = [_FrontendProcess(self, index) for index in range(count)]
+        self.stopping = False
+
+    async def start(self) -> None:
+        self._check_ports_free()
+        errors = await asyncio.gather(*(process.launch() for process in self.processes))
+        failed = [error for error in errors if error is not None]
+        if failed and not self.stopping:  # a stop asked for during start-up is no failure
+            self.request_stop()
+            await self.wait_stopped()
+            raise unavailable(failed[0])
+
+    def _check_ports_free(self) -> None:
+        """A port another program holds is an error, as in Triton (the processes share it with SO_REUSEPORT)."""
+        options = self.options
+        if options.allow_http:
+            listen_socket(options.http_address, options.http_port).close()
+        if options.allow_grpc:
+            listen_socket(options.grpc_address, options.grpc_port, what="gRPC").close()
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        for process in self.processes:
+            process.signal(signal.SIGTERM)
+
+    async def wait_stopped(self) -> None:
+        await asyncio.gather(*(process.wait_exit(GRACEFUL_TIMEOUT_S + 5) for process in self.processes))
+        for process in self.processes:
+            if process.watcher is not None:
+                process.watcher.cancel()
+
+    def pids(self) -> list[int]:
+        """The live front-end processes' ids."""
+        return [p.process.pid for p in self.processes if p.process is not None and p.process.returncode is None]

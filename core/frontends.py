@@ -1,0 +1,97 @@
+"""The HTTP and gRPC front-ends of one process, serving a DataPlane or a RemoteDataPlane."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from collections.abc import Coroutine
+from typing import Any
+
+from .grpc_frontend.server import GrpcFrontend, GrpcOptions
+from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
+from .http.serving import listen_socket, serve_http
+
+
+@dataclass
+class FrontendOptions:
+    """What a front-end needs to listen and translate protocols (every field is a plain value, so a
+    front-end process receives them as JSON)."""
+
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    allow_http: bool = True
+    http_server: str = "uvicorn"  # or "hypercorn"
+    http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_grpc: bool = True
+    grpc_options: GrpcOptions = field(default_factory=GrpcOptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> FrontendOptions:
+        return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"])})
+
+
+class Frontends:
+    """``await start()`` binds and serves both protocols; ``request_stop()`` begins a graceful stop
+    (new connections refused, in-flight requests finish); ``await wait_stopped()``.
+
+    ``reuse_port`` lets several front-end processes accept on the same ports (SO_REUSEPORT).
+    """
+
+    def __init__(self, api: Any, options: FrontendOptions, *, reuse_port: bool = False) -> None:
+        self.api = api
+        self.options = options
+        self.reuse_port = reuse_port
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        options = self.options
+        http_socket = None
+        if options.allow_http:  # bind first: a taken port fails the start before anything serves
+            http_socket = listen_socket(options.http_address, options.http_port, reuse_port=self.reuse_port)
+        if options.allow_grpc:
+            grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
+                                         reuse_port=self.reuse_port)
+            try:
+                await grpc_frontend.start()
+            except BaseException:
+                if http_socket is not None:
+                    http_socket.close()
+                raise
+            self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
+        if http_socket is not None:
+            app = HttpFrontend(self.api, options.http_max_input_size).app()
+            self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server,
+                                                              self._stopping)))
+
+    async def _serve_grpc(self, grpc_frontend: GrpcFrontend) -> None:
+        await self._stopping.wait()
+        await grpc_frontend.stop()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def wait_stopped(self) -> None:
+        """Wait until a stop was asked for and both protocols have drained."""
+        await self._stopping.wait()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop where uvloop is installed (HTTP and gRPC both serve faster on it), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_on_fast_loop(main: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run`` on the loop ``new_event_loop`` makes."""
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main)

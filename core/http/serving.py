@@ -1,0 +1,81 @@
+"""Runs the HTTP app: uvicorn with httptools by default, hypercorn when chosen, on a socket we bind."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import unavailable
+
+HTTP_SERVERS = ("uvicorn", "hypercorn")
+GRACEFUL_TIMEOUT_S = 30.0
+KEEP_ALIVE_S = 75.0
+
+
+def listen_socket(host: str, port: int, *, reuse_port: bool = False, what: str = "HTTP") -> socket.socket:
+    """A listening TCP socket; ``reuse_port`` lets several front-end processes accept on one port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise unavailable(f"failed to start the {what} front-end: cannot bind {host}:{port} "
+                          f"({error.strerror or error})") from None
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_http(app: Any, sock: socket.socket, server: str, stopping: asyncio.Event) -> None:
+    """Serve ``app`` on ``sock`` until ``stopping`` is set, then drain in-flight requests and return."""
+    if server == "hypercorn":
+        await _serve_hypercorn(app, sock, stopping)
+    else:
+        await _serve_uvicorn(app, sock, stopping)
+
+
+async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event) -> None:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # the server's own signal handlers stay in charge
+            yield
+
+    config = uvicorn.Config(app, http="httptools", ws="none", lifespan="off", loop="none", access_log=False,
+                            log_config=None, timeout_keep_alive=int(KEEP_ALIVE_S),
+                            timeout_graceful_shutdown=int(GRACEFUL_TIMEOUT_S), server_header=False)
+    server = Server(config)
+
+    async def stop_when_asked() -> None:
+        await stopping.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_asked())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        watcher.cancel()
+
+
+async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Event) -> None:
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")  # our log handlers only: no second copy
+    config.graceful_timeout = GRACEFUL_TIMEOUT_S
+    config.keep_alive_timeout = KEEP_ALIVE_S
+    try:
+        await serve(app, config, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]
+    finally:
+        sock.close()
