@@ -256,3 +256,104 @@ dynamic_batching { priority_levels: 2 default_priority_level: 2
     assert running.result()["execution"] == 1
     assert queued_high.result()["execution"] == 2 and queued_low.result()["execution"] == 3
     pool.shutdown()
+
+
+# ---- Triton's batch-forming rules (DynamicBatchScheduler::GetDynamicBatch) ----------------------
+
+HUGE_DELAY = "max_queue_delay_microseconds: 60000000"  # far past CLIENT_TIMEOUT_S: a batch that waits fails
+
+
+def _submit(pool: concurrent.futures.Executor, calls: list[Any], stagger_s: float) -> list[concurrent.futures.Future]:
+    """Start the calls ``stagger_s`` apart, so that they reach the queue in this order."""
+    futures = []
+    for call in calls:
+        futures.append(pool.submit(call))
+        time.sleep(stagger_s)
+    return futures
+
+
+def _wait_for(futures: list[concurrent.futures.Future], count: int) -> None:
+    """Wait until ``count`` of the futures are done (each within the clients' timeout)."""
+    for done, _ in enumerate(concurrent.futures.as_completed(futures, timeout=CLIENT_TIMEOUT_S + 5), 1):
+        if done == count:
+            return
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_batch_that_reaches_a_preferred_size_goes_at_once(serve_probe, module) -> None:
+    server = serve_probe(f"dynamic_batching {{ preferred_batch_size: [ 3, 6 ] {HUGE_DELAY} }}", max_batch_size=8)
+    results = _concurrently([lambda: _infer(server, module, rows=1), lambda: _infer(server, module, rows=2)])
+    assert [r["batch"] for r in results] == [3, 3] and {r["execution"] for r in results} == {1}
+    stats = _stats(server)
+    assert _batch_sizes(stats) == {3: 1} and stats["execution_count"] == 1 and stats["inference_count"] == 3
+
+
+def test_a_queue_past_the_largest_preferred_size_sends_its_largest_preferred_prefix(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "5")
+    server = serve_probe(f"dynamic_batching {{ preferred_batch_size: [ 2, 4 ] {HUGE_DELAY} }}", max_batch_size=8)
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        queued = _submit(pool, [lambda: _infer(server)] * 2 + [lambda: _infer(server, grpcclient)] * 3, 0.05)
+        _wait_for(queued, 4)  # five queued: the preferred 4 go at once, the fifth waits
+        joining = pool.submit(_infer, server)  # with it the fifth makes the preferred 2
+        results = [future.result() for future in [*queued, joining]]
+    assert sorted(r["batch"] for r in results) == [2, 2, 4, 4, 4, 4]
+    stats = _stats(server)
+    assert _batch_sizes(stats) == {4: 1, 2: 1} and stats["execution_count"] == 2
+
+
+def test_without_a_preferred_prefix_the_largest_prefix_within_the_largest_preferred_size_goes(
+        serve_probe, monkeypatch) -> None:
+    # Rows 3, 2, 2 pass the largest preferred size 6 and no prefix is 4 or 6: Triton sends 3 + 2 at
+    # once (the largest prefix that fits 6, not the 7 that fits max_batch_size); the last 2 waits.
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    server = serve_probe(f"dynamic_batching {{ preferred_batch_size: [ 4, 6 ] {HUGE_DELAY} }}", max_batch_size=8)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        queued = _submit(pool, [lambda: _infer(server, rows=3), lambda: _infer(server, grpcclient, rows=2),
+                                lambda: _infer(server, rows=2)], 0.2)
+        _wait_for(queued, 2)
+        joining = pool.submit(_infer, server, grpcclient, rows=2)  # 2 + 2 make the preferred 4
+        results = [future.result() for future in [*queued, joining]]
+    assert [r["batch"] for r in results] == [5, 5, 4, 4]
+    assert [r["execution"] for r in results] == [1, 1, 2, 2]
+    assert _batch_sizes(_stats(server)) == {5: 1, 4: 1}
+
+
+def test_without_preferred_sizes_the_largest_prefix_that_fits_max_batch_size_goes(serve_probe, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "2")
+    server = serve_probe(f"dynamic_batching {{ {HUGE_DELAY} }}", max_batch_size=4)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        queued = _submit(pool, [lambda: _infer(server, rows=3), lambda: _infer(server, grpcclient, rows=2)], 0.2)
+        _wait_for(queued, 1)  # 3 + 2 pass max_batch_size 4: the 3 goes at once, the 2 waits
+        joining = pool.submit(_infer, server, rows=2)  # 2 + 2 fill max_batch_size
+        results = [future.result() for future in [*queued, joining]]
+    assert [r["batch"] for r in results] == [3, 4, 4]
+    assert _batch_sizes(_stats(server)) == {3: 1, 4: 1}
+
+
+def test_without_preferred_sizes_a_partial_batch_waits_out_the_delay(serve_probe) -> None:
+    server = serve_probe("dynamic_batching { max_queue_delay_microseconds: 300000 }", max_batch_size=4)
+    assert _infer(server, rows=3)["batch"] == 3
+    stats = _stats(server)
+    assert _batch_sizes(stats) == {3: 1}
+    assert int(stats["inference_stats"]["queue"]["ns"]) >= 300_000_000  # it was held for the delay
+
+
+def test_once_the_delay_has_passed_a_batch_is_not_held_to_a_preferred_size(serve_probe, monkeypatch) -> None:
+    # The third request arrives 0.4 s after the first, past the 0.1 s delay: all three go together,
+    # not the preferred 2 and then 1.
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    server = serve_probe("dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 100000 }")
+    results = _concurrently([lambda: _infer(server)] * 3, stagger_s=0.2)
+    assert [r["batch"] for r in results] == [3, 3, 3]
+    assert _batch_sizes(_stats(server)) == {3: 1}
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_the_largest_preferred_prefix_goes_even_when_max_batch_size_is_full(serve_probe, module, monkeypatch) -> None:
+    # Four queued with preferred 2 and max_batch_size 4: the largest preferred prefix (2) goes, not
+    # the full 4; the other 2 are a preferred batch themselves.
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
+    server = serve_probe(f"dynamic_batching {{ preferred_batch_size: [ 2 ] {HUGE_DELAY} }}", max_batch_size=4)
+    results = _concurrently([lambda: _infer(server, module)] * 4, stagger_s=0.02)
+    assert [r["batch"] for r in results] == [2, 2, 2, 2]
+    assert _batch_sizes(_stats(server)) == {2: 2}

@@ -1,10 +1,11 @@
 """Triton's dynamic batcher: combines queued requests into batches for idle instances.
 
-One worker per instance waits for its instance, then forms the next batch: requests are taken
-in queue order (priority level, then arrival) while their shapes are compatible and the sum of
-their batch dimensions fits ``max_batch_size``. A batch goes out at once when it is full, when
-it reaches a ``preferred_batch_size``, or when the oldest request has waited
-``max_queue_delay_microseconds``; otherwise the worker waits for more requests.
+One worker per instance waits for its instance, then forms the next batch by Triton's rule
+(``forming.plan_batch``): queue order is priority level, then arrival; a batch that reaches a
+preferred size goes at once, as does the largest preferred (or fitting) prefix once the queue
+holds more than the largest preferred size; a smaller batch waits up to
+``max_queue_delay_microseconds`` for more requests. A waiting worker sleeps on one future, which
+``enqueue`` resolves or a timer handle resolves at the delay's end.
 
 ``TRITONSERVER_DELAY_SCHEDULER=N`` (read at load, a testing aid as in Triton) forms no batch
 until N requests have been queued; after that the batcher behaves normally.
@@ -12,7 +13,6 @@ until N requests have been queued; after that the batcher behaves normally.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -21,6 +21,7 @@ from triton_serve.batch import request_batch_size
 from triton_serve.plugin import InferenceRequest, InstancePool, ModelInstance, ModelSpec, Scheduler, ServerError, Status
 
 from .delay import delay_scheduler_count
+from .forming import BatchRule, plan_batch
 from .queues import NO_DEADLINE, PriorityQueue, QueuedRequest
 
 
@@ -30,14 +31,13 @@ class DynamicBatcher(Scheduler):
     def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
         super().__init__(model, pool)
         config = model.config.dynamic_batching
-        self.max_batch_size = max(model.config.max_batch_size, 1)
-        self.preferred = sorted(set(config.preferred_batch_size))
-        self.max_delay_ns = config.max_queue_delay_microseconds * 1000
+        self.rule = BatchRule.of(model.config.max_batch_size, config.preferred_batch_size,
+                                 config.max_queue_delay_microseconds)
         self.queue = PriorityQueue(model.name, config)
         self.ragged = {spec.name for spec in model.config.input if spec.allow_ragged_batch}
         self.delay_until_queued = delay_scheduler_count()
         self.ordering = _ResponseOrdering() if config.preserve_ordering else None
-        self._arrived = asyncio.Event()
+        self._wakeup: asyncio.Future[None] | None = None
         self._forming = asyncio.Lock()
         self._workers: list[asyncio.Task[None]] = []
         self._executing = 0
@@ -52,7 +52,7 @@ class DynamicBatcher(Scheduler):
         if self.ordering is not None:
             self.ordering.add(request)
         self._idle.clear()
-        self._arrived.set()
+        self._wake()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -60,7 +60,7 @@ class DynamicBatcher(Scheduler):
 
     async def stop(self) -> None:
         self._stopping = True
-        self._arrived.set()
+        self._wake()
         await self._idle.wait()
         for worker in self._workers:
             worker.cancel()
@@ -95,49 +95,40 @@ class DynamicBatcher(Scheduler):
     # ---- forming a batch -------------------------------------------------------------------------
 
     async def _next_batch(self) -> list[InferenceRequest]:
+        """Wait until Triton's rule sends a batch, and take it off the queue."""
         while True:
             now = time.monotonic_ns()
             self._drop_expired_and_cancelled(now)
             wait_until = NO_DEADLINE
-            if len(self.queue) and len(self.queue) >= self.delay_until_queued:
+            queued = len(self.queue)
+            if queued and queued >= self.delay_until_queued:
                 self.delay_until_queued = 0
-                taken, wait_until = self._plan(now)
-                if taken:
-                    self.queue.remove(taken)
-                    return [entry.request for entry in taken]
-            wait_until = min(wait_until, self.queue.next_deadline())
-            self._arrived.clear()
-            timeout = None if wait_until >= NO_DEADLINE else max(wait_until - now, 0) / 1e9
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), timeout)
+                plan = plan_batch(self.queue.in_order(), self.rule, self._compatible, now, self._stopping)
+                if plan.count:
+                    return [entry.request for entry in self.queue.pop_front(plan.count)]
+                wait_until = plan.wait_until_ns
+            await self._sleep_until(min(wait_until, self.queue.next_deadline()))
 
-    def _plan(self, now: int) -> tuple[list[QueuedRequest], int]:
-        """The requests to send now, or none and when to look again."""
-        taken: list[QueuedRequest] = []
-        best_preferred = 0
-        total = 0
-        send_now = False
-        for entry in self.queue.in_order():
-            if total + entry.size > self.max_batch_size or (taken and not self._compatible(taken[0], entry)):
-                send_now = True
-                break
-            taken.append(entry)
-            total += entry.size
-            if total in self.preferred:
-                best_preferred = len(taken)
-            if total == self.max_batch_size:
-                send_now = True
-                break
-        if not taken:
-            return [], NO_DEADLINE
-        if total == self.max_batch_size:
-            return taken, 0
-        if best_preferred:
-            return taken[:best_preferred], 0
-        oldest = min(entry.request.enqueued_ns for entry in taken)
-        if send_now or now - oldest >= self.max_delay_ns or self._stopping:
-            return taken, 0
-        return [], oldest + self.max_delay_ns
+    async def _sleep_until(self, deadline_ns: int) -> None:
+        """Sleep until ``_wake`` is called or the monotonic clock reaches ``deadline_ns``: one
+        future, plus one timer handle that is cancelled when the future is resolved first."""
+        loop = asyncio.get_running_loop()
+        wakeup: asyncio.Future[None] = loop.create_future()
+        timer = None
+        if deadline_ns < NO_DEADLINE:
+            timer = loop.call_later(max(deadline_ns - time.monotonic_ns(), 0) / 1e9, _resolve, wakeup)
+        self._wakeup = wakeup
+        try:
+            await wakeup
+        finally:
+            self._wakeup = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        """Wake the worker that is forming a batch, if it sleeps."""
+        if self._wakeup is not None:
+            _resolve(self._wakeup)
 
     def _compatible(self, first: QueuedRequest, other: QueuedRequest) -> bool:
         """Whether two requests can share a batch: the same inputs, with the same shapes past the
@@ -161,6 +152,11 @@ class DynamicBatcher(Scheduler):
         if self.ordering is not None:
             self.ordering.finished([request])
         self._check_idle()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _ResponseOrdering:

@@ -48,6 +48,8 @@ class PriorityQueue:
             policy = config.priority_queue_policy.get(level, config.default_queue_policy)
             self._levels[level] = _Level(policy)
         self._arrivals = 0
+        self._timed = any(level.policy.default_timeout_microseconds or level.policy.allow_timeout_override
+                          for level in self._levels.values())
 
     def __len__(self) -> int:
         return sum(len(level) for level in self._levels.values())
@@ -83,6 +85,8 @@ class PriorityQueue:
 
     def expire(self, now_ns: int, reject: Callable[[QueuedRequest], None]) -> None:
         """Apply every level's timeout action to the waiting requests whose deadline has passed."""
+        if not self._timed:
+            return
         for level in self._levels.values():
             if not any(entry.deadline_ns <= now_ns for entry in level.waiting):
                 continue
@@ -98,6 +102,9 @@ class PriorityQueue:
             level.waiting = kept
 
     def next_deadline(self) -> int:
+        """The earliest queue timeout of a waiting request (``NO_DEADLINE``: none)."""
+        if not self._timed:
+            return NO_DEADLINE
         return min((entry.deadline_ns for level in self._levels.values() for entry in level.waiting),
                    default=NO_DEADLINE)
 
@@ -106,6 +113,15 @@ class PriorityQueue:
         for level in self._levels.values():
             yield from level.waiting
             yield from level.delayed
+
+    def pop_front(self, count: int) -> list[QueuedRequest]:
+        """Take the first ``count`` requests of ``in_order()`` off the queue."""
+        taken: list[QueuedRequest] = []
+        for level in self._levels.values():
+            for lane in (level.waiting, level.delayed):
+                while lane and len(taken) < count:
+                    taken.append(lane.popleft())
+        return taken
 
     def remove(self, taken: list[QueuedRequest]) -> None:
         ids = {id(entry) for entry in taken}
