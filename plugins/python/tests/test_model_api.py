@@ -10,7 +10,6 @@ import triton_python_backend_utils as pb_utils
 from triton_serve.errors import ServerError
 from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.pb_utils.logger import set_log_sink
-from triton_serve_python.protocol import FrameDecoder, encode
 
 
 def test_tensor_types_follow_numpy() -> None:
@@ -148,13 +147,6 @@ def test_logger_tags_lines_with_level_and_caller() -> None:
         set_log_sink(previous)
     assert [level for level, _ in lines] == ["WARNING", "INFO"]
     assert lines[0][1].startswith("test_model_api.py:") and lines[0][1].endswith("] careful")
-
-
-def test_frames_survive_any_split() -> None:
-    stream = encode(("a", 1)) + encode(("b", [2, 3]))
-    for cut in range(len(stream) + 1):
-        decoder = FrameDecoder()
-        assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == [("a", 1), ("b", [2, 3])]
 
 
 def test_backend_options() -> None:

@@ -13,10 +13,9 @@ from typing import Any
 from triton_serve.errors import ServerError, Status
 from triton_serve.inference import InferenceRequest, InferenceResponse
 
-from . import protocol
 from .arena import Arena, TensorLayout, grown_size
 from .options import PythonBackendOptions
-from .protocol import FrameDecoder, Message
+from .protocol import FrameDecoder, Kind, Message, ResponseTuple, encode
 from .transfer import describe_requests, read_responses
 
 log = logging.getLogger("triton_serve_python")
@@ -46,8 +45,8 @@ class _WorkerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder()
 
     def data_received(self, data: bytes) -> None:
-        for message in self._decoder.feed(data):
-            self._worker._on_message(message)
+        for kind, body in self._decoder.feed(data):
+            self._worker._on_message(kind, body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._worker._on_disconnect()
@@ -87,8 +86,8 @@ class WorkerProcess:
         try:
             await self._launch()
             await self._wait_reply(self.options.stub_timeout_seconds, "start-up")
-            reply = await self._call((protocol.INIT, {**init, "input_arena": self._arenas["input"].name,
-                                                      "output_arena": self._arenas["output"].name}),
+            reply = await self._call(Kind.INIT, {**init, "input_arena": self._arenas["input"].name,
+                                                 "output_arena": self._arenas["output"].name},
                                      self.options.stub_timeout_seconds, "initialize")
         except WorkerFailure as failure:
             await self._abort()
@@ -97,10 +96,12 @@ class WorkerProcess:
         except BaseException:
             await self._abort()
             raise
-        if reply[0] == protocol.FAILED:
+        kind, body = reply
+        if kind == Kind.FAILED:
             await self._abort()
-            log.error("failed to initialize %s:\n%s", self.label, reply[2])
-            raise ServerError(f"failed to initialize {self.label}: {reply[1]}", Status.INTERNAL)
+            message, trace = body
+            log.error("failed to initialize %s:\n%s", self.label, trace)
+            raise ServerError(f"failed to initialize {self.label}: {message}", Status.INTERNAL)
         self._ready = True
 
     async def _launch(self) -> None:
@@ -132,7 +133,7 @@ class WorkerProcess:
         self._stopping = True
         if self.exit_description is None and self._transport is not None:
             try:
-                await self._call((protocol.FINALIZE,), self.options.stub_timeout_seconds, "finalize")
+                await self._call(Kind.FINALIZE, None, self.options.stub_timeout_seconds, "finalize")
             except WorkerFailure as failure:
                 log.warning("python backend worker for %s %s while unloading", self.label, failure)
         await self._wait_exit()
@@ -179,43 +180,56 @@ class WorkerProcess:
 
     # ---- messages -------------------------------------------------------------------------------
 
-    async def _call(self, message: Message, timeout: float, what: str) -> Message:
-        """Send ``message`` and wait for the worker's answer (see ``_wait_reply``)."""
+    async def _call(self, kind: Kind, body: Any, timeout: float, what: str) -> Message:
+        """Send a message and wait for the worker's answer (see ``_wait_reply``)."""
         if self.exit_description is not None or self._transport is None:
             raise WorkerFailure(self.exit_description or "is not running")
         self._reply = asyncio.get_running_loop().create_future()
-        self._transport.write(protocol.encode(message))
+        self._transport.write(encode(kind, body))
         return await self._wait_reply(timeout, what)
 
     async def _wait_reply(self, timeout: float, what: str) -> Message:
         """Wait for the message that resolves ``_reply``; kill the worker if ``what`` takes over ``timeout``
         seconds (0: no limit), and raise WorkerFailure if it dies first."""
-        assert self._reply is not None
+        reply = self._reply
+        assert reply is not None
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(timeout, self._time_out, reply, timeout, what) if timeout else None
         try:
-            return await asyncio.wait_for(self._reply, timeout or None)
-        except asyncio.TimeoutError:
-            self._kill(f"was killed because {what} did not finish within {timeout:g} s")
-            assert self._exit_task is not None
-            await self._exit_task
-            raise WorkerFailure(self.exit_description) from None
+            return await reply
         finally:
+            if timer is not None:
+                timer.cancel()
             self._reply = None
 
-    def _on_message(self, message: Message) -> None:
-        kind = message[0]
-        if kind == protocol.LOG:
-            model_log.log(_LEVELS.get(message[1], logging.INFO), "[%s] %s", self.label, message[2])
-        elif kind == protocol.GROW:
-            self._grow_output(message[1])
-        elif self._reply is not None and not self._reply.done():
-            if kind == protocol.RESULT and message[2] is not None:
-                self._read_result(message[2], self._reply)
-            else:
-                self._reply.set_result(message)
-        else:
-            log.warning("unexpected %r message from the python backend worker for %s", kind, self.label)
+    def _time_out(self, reply: asyncio.Future[Message], timeout: float, what: str) -> None:
+        """``reply`` is overdue: ignore it if it still comes, kill the worker, and fail ``reply`` once it exited."""
+        if reply.done():
+            return
+        self._reply = None
+        self._kill(f"was killed because {what} did not finish within {timeout:g} s")
+        assert self._exit_task is not None
+        self._exit_task.add_done_callback(lambda _task: self._fail(reply))
 
-    def _read_result(self, results: list[Any], reply: asyncio.Future[Message]) -> None:
+    def _fail(self, reply: asyncio.Future[Message]) -> None:
+        if not reply.done():
+            reply.set_exception(WorkerFailure(self.exit_description))
+
+    def _on_message(self, kind: Kind, body: Any) -> None:
+        if kind == Kind.LOG:
+            level, line = body
+            model_log.log(_LEVELS.get(level, logging.INFO), "[%s] %s", self.label, line)
+        elif kind == Kind.GROW:
+            self._grow_output(body)
+        elif self._reply is not None and not self._reply.done():
+            if kind == Kind.RESULT and body[1] is not None:
+                self._read_result(body[1], self._reply)
+            else:
+                self._reply.set_result((kind, body))
+        else:
+            log.warning("unexpected %s message from the python backend worker for %s", kind.name, self.label)
+
+    def _read_result(self, results: list[ResponseTuple], reply: asyncio.Future[Message]) -> None:
         """Copy the outputs out of the arena now, before anything else (the worker's exit) can release it."""
         try:
             responses = read_responses(results, self._arenas["output"].buf)
@@ -223,7 +237,7 @@ class WorkerProcess:
             reply.set_exception(ServerError(f"unreadable outputs from the python backend worker for {self.label}: "
                                             f"{type(error).__name__}: {error}", Status.INTERNAL))
             return
-        reply.set_result((protocol.RESULT, None, responses))
+        reply.set_result((Kind.RESULT, (None, responses)))
 
     def _on_disconnect(self) -> None:
         if self.exit_description is None:
@@ -235,9 +249,9 @@ class WorkerProcess:
         try:
             name = self._replace_arena("output", needed)
         except OSError as error:
-            self._transport.write(protocol.encode((protocol.GROWN, None, str(error))))
+            self._transport.write(encode(Kind.GROWN, (None, str(error))))
             return
-        self._transport.write(protocol.encode((protocol.GROWN, name, None)))
+        self._transport.write(encode(Kind.GROWN, (name, None)))
 
     def _replace_arena(self, direction: str, needed: int) -> str:
         old = self._arenas[direction]
@@ -263,8 +277,8 @@ class WorkerProcess:
                 raise ServerError(f"no shared memory for {layout.size} bytes of inputs of {self.label}: {error}",
                                   Status.UNAVAILABLE) from None
         layout.write(self._arenas["input"].buf)
-        _kind, batch_error, responses = await self._call((protocol.EXECUTE, new_input, described),
-                                                         self.options.execute_timeout_seconds, "execute")
+        _kind, (batch_error, responses) = await self._call(Kind.EXECUTE, (new_input, described),
+                                                           self.options.execute_timeout_seconds, "execute")
         if batch_error is not None:
             message, code_name, trace = batch_error
             if trace:

@@ -14,6 +14,7 @@ from .pb_utils.dtypes import BY_NAME
 from .pb_utils.errors import TritonError
 from .pb_utils.messages import InferenceRequest, InferenceResponse
 from .pb_utils.tensor import Tensor
+from .protocol import RequestTuple
 
 
 def load_model_class(model_file: str) -> type:
@@ -57,20 +58,19 @@ class ModelRunner:
             if self._loop is not None:
                 self._loop.close()
 
-    def execute(self, requests: list[dict[str, Any]], input_buffer: memoryview) -> list[InferenceResponse]:
+    def execute(self, requests: list[RequestTuple], input_buffer: memoryview) -> list[InferenceResponse]:
         """Run one batch; raise TritonError if ``execute`` does not return one response per request."""
         batch = [self._request(request, input_buffer) for request in requests]
         responses = self._call(self.model.execute, batch)
         return self._checked(responses, len(batch))
 
-    def _request(self, request: dict[str, Any], input_buffer: memoryview) -> InferenceRequest:
-        inputs = [Tensor._typed(ref[0], read_tensor(input_buffer, ref, copy=False), BY_NAME[ref[1]])
-                  for ref in request["inputs"]]
+    def _request(self, request: RequestTuple, input_buffer: memoryview) -> InferenceRequest:
+        request_id, correlation_id, flags, timeout, outputs, parameters, refs = request
+        inputs = [Tensor._typed(ref[0], read_tensor(input_buffer, ref, copy=False), BY_NAME[ref[1]]) for ref in refs]
         return InferenceRequest(
             model_name=self.model_name, model_version=self.model_version, inputs=inputs,
-            requested_output_names=request["outputs"] or self.all_outputs, request_id=request["id"],
-            correlation_id=request["correlation_id"], flags=request["flags"], timeout=request["timeout"],
-            parameters=request["parameters"])
+            requested_output_names=outputs or self.all_outputs, request_id=request_id,
+            correlation_id=correlation_id, flags=flags, timeout=timeout, parameters=parameters)
 
     def _checked(self, responses: Any, expected: int) -> list[InferenceResponse]:
         where = f"execute of python model '{self.model_name}'"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -10,6 +9,7 @@ from triton_serve.errors import ServerError, Status
 from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
 
 from .arena import TensorLayout, read_tensor
+from .protocol import RequestTuple, ResponseTuple
 
 # Request parameters that the server turns into request fields, so a model never sees them as parameters.
 _CONSUMED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
@@ -17,9 +17,9 @@ _CONSUMED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end
 _SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 
 
-def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout) -> list[dict[str, Any]]:
-    """One small dict per request for the worker; input tensors are laid out in ``layout``."""
-    described = []
+def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout) -> list[RequestTuple]:
+    """One request tuple per request for the worker; input tensors are laid out in ``layout``."""
+    described: list[RequestTuple] = []
     for request in requests:
         inputs = [layout.add(name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
                   for name, tensor in request.inputs.items()]
@@ -27,15 +27,12 @@ def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout
         parameters = request.parameters
         if not _CONSUMED_PARAMETERS.isdisjoint(parameters):
             parameters = {k: v for k, v in parameters.items() if k not in _CONSUMED_PARAMETERS}
-        described.append({
-            "id": request.id, "inputs": inputs, "outputs": [output.name for output in request.outputs],
-            "parameters": parameters, "correlation_id": request.sequence_id, "flags": flags,
-            "timeout": request.timeout_us,
-        })
+        described.append((request.id, request.sequence_id, flags, request.timeout_us,
+                          [output.name for output in request.outputs], parameters, inputs))
     return described
 
 
-def read_responses(results: list[Any], output_buffer: memoryview) -> list[InferenceResponse]:
+def read_responses(results: list[ResponseTuple], output_buffer: memoryview) -> list[InferenceResponse]:
     """Core responses from the worker's response tuples; output bytes are copied out of the arena."""
     responses = []
     for refs, parameters, error in results:

@@ -6,18 +6,13 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any
 
-from . import protocol
-from .arena import TensorLayout, TensorRef, attach, close_mapping
+from .arena import TensorLayout, attach, close_mapping
 from .pb_utils.errors import TritonError
 from .pb_utils.logger import set_log_sink
 from .pb_utils.messages import InferenceResponse
-from .protocol import BlockingChannel, Message
+from .protocol import BatchError, BlockingChannel, Kind, RequestTuple, ResponseTuple, encode
 from .runner import ModelRunner
-
-# One response as the server receives it: (output refs, parameters, None) or (None, None, (message, code name)).
-ResponseTuple = tuple[list[TensorRef] | None, dict[str, Any] | None, tuple[str, str] | None]
 
 
 class WorkerArenas:
@@ -33,11 +28,11 @@ class WorkerArenas:
 
     def grow_output(self, channel: BlockingChannel, needed: int) -> None:
         """Ask the server for a larger output arena (it creates the segment, so it can always unlink it)."""
-        channel.send((protocol.GROW, needed))
+        channel.send(encode(Kind.GROW, needed))
         reply = channel.receive()
         if reply is None:
             raise ConnectionError("the server closed the connection")
-        _kind, name, error = reply
+        _kind, (name, error) = reply
         if name is None:
             raise TritonError(f"no shared memory for {needed} bytes of outputs: {error}", TritonError.UNAVAILABLE)
         old, self.output = self.output, attach(name)
@@ -52,7 +47,7 @@ def _response_tuple(response: InferenceResponse, layout: TensorLayout) -> Respon
     return refs, response._parameters, None
 
 
-def _batch_error(error: Exception, model_name: str) -> tuple[str, str, str | None]:
+def _batch_error(error: Exception, model_name: str) -> BatchError:
     """(message, code name, traceback or None): a TritonError keeps its message and code."""
     if isinstance(error, TritonError):
         return error.message(), error.code_name(), None
@@ -61,7 +56,8 @@ def _batch_error(error: Exception, model_name: str) -> tuple[str, str, str | Non
 
 
 def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas,
-              requests: list[dict[str, Any]]) -> Message:
+              requests: list[RequestTuple]) -> bytes:
+    """The RESULT frame for one batch; a failure anywhere, encoding included, makes it a batch error."""
     try:
         responses = runner.execute(requests, arenas.input.buf)
         layout = TensorLayout()
@@ -69,9 +65,9 @@ def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArena
         if layout.size > arenas.output.size:
             arenas.grow_output(channel, layout.size)
         layout.write(arenas.output.buf)
+        return encode(Kind.RESULT, (None, results))
     except Exception as error:
-        return protocol.RESULT, _batch_error(error, runner.model_name), None
-    return protocol.RESULT, None, results
+        return encode(Kind.RESULT, (_batch_error(error, runner.model_name), None))
 
 
 def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -> int:
@@ -79,18 +75,19 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
         message = channel.receive()
         if message is None:
             return 0
-        if message[0] == protocol.EXECUTE:
-            _kind, input_arena, requests = message
+        kind, body = message
+        if kind == Kind.EXECUTE:
+            input_arena, requests = body
             if input_arena is not None:
                 arenas.replace_input(input_arena)
             channel.send(run_batch(channel, runner, arenas, requests))
-        elif message[0] == protocol.FINALIZE:
+        elif kind == Kind.FINALIZE:
             try:
                 runner.finalize()
             except Exception:
-                channel.send((protocol.LOG, "ERROR", f"finalize of python model '{runner.model_name}' raised:\n"
-                              + traceback.format_exc()))
-            channel.send((protocol.FINALIZED,))
+                channel.send(encode(Kind.LOG, ("ERROR", f"finalize of python model '{runner.model_name}' raised:\n"
+                                               + traceback.format_exc())))
+            channel.send(encode(Kind.FINALIZED))
             return 0
 
 
@@ -100,10 +97,10 @@ def main(argv: list[str]) -> int:
     channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which then stops its workers
     faulthandler.enable()  # a crash in model code prints its Python traceback to the server's stderr
-    set_log_sink(lambda level, line: channel.send((protocol.LOG, level, line)))
-    channel.send((protocol.STARTED,))
+    set_log_sink(lambda level, line: channel.send(encode(Kind.LOG, (level, line))))
+    channel.send(encode(Kind.STARTED))
     message = channel.receive()
-    if message is None or message[0] != protocol.INIT:
+    if message is None or message[0] != Kind.INIT:
         return 1
     init = message[1]
     try:
@@ -112,9 +109,9 @@ def main(argv: list[str]) -> int:
                              init["outputs"])
         runner.initialize(init["args"])
     except Exception as error:
-        channel.send((protocol.FAILED, f"{type(error).__name__}: {error}", traceback.format_exc()))
+        channel.send(encode(Kind.FAILED, (f"{type(error).__name__}: {error}", traceback.format_exc())))
         return 1
-    channel.send((protocol.READY,))
+    channel.send(encode(Kind.READY))
     return serve(channel, runner, arenas)
 
 

@@ -1,0 +1,121 @@
+"""The server <-> worker wire without a worker: every field of EXECUTE and RESULT survives its frame, however split."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from triton_serve.errors import Status
+from triton_serve.inference import InferenceRequest, RequestedOutput, Tensor
+from triton_serve_python.arena import TensorLayout, read_tensor
+from triton_serve_python.protocol import BlockingChannel, FrameDecoder, Kind, encode
+from triton_serve_python.transfer import describe_requests, read_responses
+
+WORDS = np.array([b"ab", "\u00e9".encode(), b"", b"7"], dtype=object).reshape(2, 2)
+
+
+def _decode_one(frame: bytes) -> tuple[Kind, object]:
+    messages = FrameDecoder().feed(frame)
+    assert len(messages) == 1
+    return messages[0]
+
+
+def _requests() -> list[InferenceRequest]:
+    floats = np.arange(6, dtype=np.float32).reshape(2, 3)
+    first = InferenceRequest("m", 1, id="req-1", inputs={
+        "X": Tensor("X", "FP32", (2, 3), floats), "WORDS": Tensor("WORDS", "BYTES", (2, 2), WORDS)},
+        outputs=[RequestedOutput("Y"), RequestedOutput("Z")],
+        parameters={"flag": True, "count": -3, "ratio": 0.5, "name": "x", "priority": 2})
+    first.sequence_id, first.sequence_start, first.sequence_end, first.timeout_us = 2**64 - 1, True, True, 1500
+    second = InferenceRequest("m", 1, inputs={"X": Tensor("X", "FP32", (0, 3), np.zeros((0, 3), np.float32))})
+    second.sequence_id = "sequence-\u00e9"
+    return [first, second]
+
+
+def test_execute_round_trip_keeps_every_field() -> None:
+    layout = TensorLayout()
+    described = describe_requests(_requests(), layout)
+    arena = memoryview(bytearray(layout.size))
+    layout.write(arena)
+    kind, (input_arena, decoded) = _decode_one(encode(Kind.EXECUTE, ("arena_7", described)))
+    assert (kind, input_arena) == (Kind.EXECUTE, "arena_7")
+    assert decoded == described
+    (request_id, correlation_id, flags, timeout, outputs, parameters, refs), second = decoded
+    assert (request_id, correlation_id, flags, timeout) == ("req-1", 2**64 - 1, 3, 1500)
+    assert outputs == ["Y", "Z"] and second[4] == []
+    assert parameters == {"flag": True, "count": -3, "ratio": 0.5, "name": "x"}  # "priority" is a request field
+    assert type(parameters["flag"]) is bool and type(parameters["ratio"]) is float
+    assert second[:4] == ("", "sequence-\u00e9", 0, 0) and second[5] == {}
+    assert [ref[:3] for ref in refs] == [("X", "FP32", (2, 3)), ("WORDS", "BYTES", (2, 2))]
+    assert read_tensor(arena, refs[0], copy=True).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert read_tensor(arena, refs[1], copy=True).tolist() == WORDS.tolist()
+    assert read_tensor(arena, second[6][0], copy=True).shape == (0, 3)
+
+
+def test_result_round_trip_keeps_outputs_parameters_and_errors() -> None:
+    layout = TensorLayout()
+    refs = [layout.add("OUT", "INT32", np.array([[1, -2]], np.int32)), layout.add("WORDS", "BYTES", WORDS)]
+    results = [(refs, {"rows": 1, "done": True, "tag": "t"}, None), ([], {}, None),
+               (None, None, ("X holds a negative value", "INVALID_ARG"))]
+    arena = memoryview(bytearray(layout.size))
+    layout.write(arena)
+    kind, (batch_error, decoded) = _decode_one(encode(Kind.RESULT, (None, results)))
+    assert (kind, batch_error) == (Kind.RESULT, None) and decoded == results
+    full, empty, failed = read_responses(decoded, arena)
+    assert [(tensor.name, tensor.datatype, tensor.shape) for tensor in full.outputs] == \
+        [("OUT", "INT32", (1, 2)), ("WORDS", "BYTES", (2, 2))]
+    assert full.outputs[0].data.tolist() == [[1, -2]] and full.outputs[1].data.tolist() == WORDS.tolist()
+    assert full.parameters == {"rows": 1, "done": True, "tag": "t"} and full.error is None
+    assert (empty.outputs, empty.parameters, empty.error) == ([], {}, None)
+    assert failed.error is not None and (failed.error.message, failed.error.status) == \
+        ("X holds a negative value", Status.INVALID_ARG)
+
+
+def test_batch_errors_and_control_messages_round_trip() -> None:
+    batch_error = ("execute raised ValueError: no", "INTERNAL", "Traceback (most recent call last):\n...")
+    for kind, body in [(Kind.RESULT, (batch_error, None)), (Kind.INIT, {"model_file": "/m/1/model.py", "args": {}}),
+                       (Kind.FAILED, ("boom", "trace")), (Kind.GROW, 1 << 40), (Kind.GROWN, (None, "no space")),
+                       (Kind.LOG, ("INFO", "line")), (Kind.STARTED, None), (Kind.FINALIZE, None)]:
+        assert _decode_one(encode(kind, body)) == (kind, body)
+
+
+def test_encode_refuses_what_marshal_cannot_write() -> None:
+    with pytest.raises(ValueError):
+        encode(Kind.LOG, ("INFO", object()))
+
+
+def test_frames_survive_any_split() -> None:
+    messages = [(Kind.EXECUTE, (None, [("r", 7, 0, 0, [], {}, [("X", "FP32", (1,), 0, 4)])])),
+                (Kind.LOG, ("WARNING", "w")), (Kind.FINALIZE, None)]
+    stream = b"".join(encode(kind, body) for kind, body in messages)
+    for cut in range(len(stream) + 1):
+        decoder = FrameDecoder()
+        assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == messages
+    decoder = FrameDecoder()
+    assert [message for index in range(len(stream)) for message in decoder.feed(stream[index:index + 1])] == messages
+
+
+def test_blocking_channel_reads_a_frame_split_across_sends() -> None:
+    server_end, worker_end = socket.socketpair()
+    channel = BlockingChannel(worker_end)
+    channel.send(encode(Kind.READY))
+    assert FrameDecoder().feed(server_end.recv(64)) == [(Kind.READY, None)]
+    frame = encode(Kind.GROWN, ("arena_8", None))
+
+    def send_in_pieces() -> None:
+        for piece in (frame[:3], frame[3:7], frame[7:]):
+            server_end.sendall(piece)
+            time.sleep(0.05)
+        server_end.close()
+
+    sender = threading.Thread(target=send_in_pieces)
+    sender.start()
+    try:
+        assert channel.receive() == (Kind.GROWN, ("arena_8", None))
+        assert channel.receive() is None  # the server closed its end
+    finally:
+        sender.join()
+        worker_end.close()
