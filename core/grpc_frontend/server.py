@@ -89,18 +89,23 @@ def server_credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
 class GrpcFrontend:
     """The gRPC front-end on the server's event loop: ``await start()`` binds and serves, ``await stop()``."""
 
-    def __init__(self, dataplane: DataPlane, address: str, port: int, options: GrpcOptions) -> None:
+    def __init__(self, dataplane: DataPlane, address: str, port: int, options: GrpcOptions, *,
+                 reuse_port: bool = False) -> None:
         if options.infer_response_compression_level not in COMPRESSION_LEVELS:
             raise ServerError(f"invalid --grpc-infer-response-compression-level "
                               f"'{options.infer_response_compression_level}'; use none, low, medium or high")
         self.dataplane = dataplane
         self.target = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         self.options = options
+        self.reuse_port = reuse_port
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         credentials = server_credentials(self.options)
-        server = grpc.aio.server(options=channel_arguments(self.options))
+        arguments = channel_arguments(self.options)
+        if self.reuse_port:  # several front-end processes accept on this port
+            arguments = [(key, 1 if key == "grpc.so_reuseport" else value) for key, value in arguments]
+        server = grpc.aio.server(options=arguments)
         add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.dataplane), server)
         add_HealthServicer_to_server(HealthCheckServicer(self.dataplane), server)
         try:
