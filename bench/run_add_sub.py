@@ -79,8 +79,11 @@ def server_flags(repository: Path, model: str, ports: Ports) -> list[str]:
     return flags
 
 
+OURS_FLAGS: list[str] = []  # --ours-flags
+
+
 def ours_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
-    return ["triton-serve", *flags], dict(os.environ)
+    return ["triton-serve", *flags, *OURS_FLAGS], dict(os.environ)
 
 
 def triton_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -131,13 +134,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def running(command: list[str], env: dict[str, str], urls: list[str], timeout: float,
-            log_path: Path) -> Iterator[None]:
+            log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_ready(process, urls, timeout, log_path)
-            yield
+            yield process
         finally:
             stop(process)
 
@@ -275,6 +278,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--stability-percentage", type=int, default=10)
     parser.add_argument("--attempts", type=int, default=2, help="perf_analyzer runs per config while unstable")
     parser.add_argument("--start-timeout", type=float, default=120, help="seconds for a server to get ready")
+    parser.add_argument("--ours-flags", default="",
+                        help="extra triton-serve flags, e.g. '--frontend-processes=1 --http-server=hypercorn'")
     parser.add_argument("--with-triton", action="store_true",
                         help="also run the real Triton 2.51 (scripts/install.sh --with-triton), after ours")
     args = parser.parse_args()
@@ -292,6 +297,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    OURS_FLAGS.extend(args.ours_flags.split())
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
     servers = ["ours", "triton"] if args.with_triton else ["ours"]
     RESULTS.mkdir(parents=True, exist_ok=True)

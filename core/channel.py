@@ -7,13 +7,14 @@ builds numpy arrays straight over the received frame.
 """
 from __future__ import annotations
 
+import asyncio
 import marshal
 import struct
 from typing import Any
 
 import numpy as np
 
-from .datatypes import from_wire_bytes, to_wire_bytes
+from .datatypes import BY_NAME, from_wire_bytes, to_wire_bytes
 from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -35,6 +36,30 @@ def encode(kind: int, frame_id: int, meta: Any, blobs: list[bytes] | None = None
     packed = marshal.dumps(meta)
     data = b"".join(blobs) if blobs else b""
     return b"".join((HEADER.pack(kind, frame_id, len(packed), len(data)), packed, data))
+
+
+class FrameWriter:
+    """Writes frames to a transport, coalescing those of one event-loop turn into one write: under load
+    many requests and responses cross per turn, and each write is a system call and a wake-up."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.is_closing()
+
+    def write(self, frame: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._pending = self._pending, []
+        if not self.transport.is_closing():
+            self.transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
 
 class FrameReader:
@@ -84,7 +109,10 @@ def _tensors(tensors: list[Tensor]) -> tuple[list[tuple[Any, ...]], list[bytes]]
 def _arrays(described: list[tuple[Any, ...]], data: memoryview) -> list[Tensor]:
     tensors, offset = [], 0
     for name, datatype, shape, size, parameters in described:
-        array = from_wire_bytes(datatype, shape, data[offset:offset + size])
+        if parameters and "shared_memory_region" in parameters:  # its bytes are in a shared-memory region
+            array = np.empty(0, BY_NAME[datatype].numpy)
+        else:
+            array = from_wire_bytes(datatype, shape, data[offset:offset + size])
         tensors.append(Tensor(name, datatype, shape, array, parameters or {}))
         offset += size
     return tensors

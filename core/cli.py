@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
          help="the HTTP/1.1 server: uvicorn with httptools (default, fastest) or hypercorn (also serves HTTP/2)")
     flag("--frontend-processes", type=_frontend_count, default=default_process_count(),
          help="processes that accept HTTP and gRPC on the server's ports and forward to the process that owns "
-              "the models; 0 serves both protocols in that process (default: one per core, here "
-              f"{default_process_count()})")
+              "the models; 0 serves both protocols in that process (default: one per core on 4 cores or more, "
+              f"else 0; here {default_process_count()})")
     _add_grpc_flags(parser)
     flag("--model-control-mode", choices=["none", "explicit"], default="none")
     flag("--load-model", dest="load_models", action="append", default=[],

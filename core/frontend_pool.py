@@ -30,8 +30,11 @@ CALLS = {"live", "server_ready", "server_metadata", "model_ready", "model_metada
 
 
 def default_process_count() -> int:
-    """One front-end process per core this server may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """One front-end process per core this server may use, on 4 cores or more; none (both protocols
+    served by the model owner) below that, where the extra hop costs more than the parallelism gives
+    (bench/README.md has the figures)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores if cores >= 4 else 0
 
 
 class _Endpoint(asyncio.Protocol):
@@ -43,11 +46,11 @@ class _Endpoint(asyncio.Protocol):
         self.requests: dict[int, InferenceRequest] = {}
         self.served = 0  # requests received over this channel
         self._reader = channel.FrameReader()
-        self._transport: asyncio.Transport | None = None
+        self._writer: channel.FrameWriter | None = None
         self._calls: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._writer = channel.FrameWriter(transport)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         for kind, frame_id, meta, payload in self._reader.feed(data):
@@ -74,8 +77,8 @@ class _Endpoint(asyncio.Protocol):
             self.started.set_result("the front-end process exited before it started serving")
 
     def _write(self, frame: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frame)
+        if self._writer is not None and not self._writer.closed:
+            self._writer.write(frame)
 
     def _start_request(self, request_id: int, meta: Any, payload: memoryview) -> None:
         try:

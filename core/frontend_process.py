@@ -42,19 +42,20 @@ class RemoteDataPlane:
     def __init__(self) -> None:
         self.accepting = True
         self.lost = asyncio.Event()  # the owner went away
-        self._transport: asyncio.Transport | None = None
+        self._writer: channel.FrameWriter | None = None
         self._ids = itertools.count(1)
         self._requests: dict[int, InferenceRequest] = {}
         self._calls: dict[int, asyncio.Future[Any]] = {}
 
     async def connect(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        self._transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
+        transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
+        self._writer = channel.FrameWriter(transport)
 
     def send_frame(self, frame: bytes) -> None:
-        if self._transport is None or self._transport.is_closing():
+        if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")
-        self._transport.write(frame)
+        self._writer.write(frame)
 
     # ---- calls ----------------------------------------------------------------------------------
 
@@ -116,8 +117,8 @@ class RemoteDataPlane:
         return await serve_one(self, request, decoupled_error)
 
     def _cancel(self, request_id: int) -> None:
-        if request_id in self._requests and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(channel.encode(channel.CANCEL, request_id, None))
+        if request_id in self._requests and self._writer is not None and not self._writer.closed:
+            self._writer.write(channel.encode(channel.CANCEL, request_id, None))
 
     # ---- frames from the owner --------------------------------------------------------------------
 

@@ -60,10 +60,17 @@ FRONTEND_MODES = [0, 2]  # in-process front-ends, and two front-end processes fo
 
 
 @pytest.fixture
-def toy_server(tserve, toy_plugin, repo, frontend_processes):  # type: ignore[no-untyped-def]
+def http_server() -> str:
+    """The HTTP server ``toy_server`` runs; test_http_infer runs under both."""
+    return "uvicorn"
+
+
+@pytest.fixture
+def toy_server(tserve, toy_plugin, repo, frontend_processes, http_server):  # type: ignore[no-untyped-def]
     """Start a server on ``repo`` with the toy backends; call it after adding models."""
     def start(**options):  # type: ignore[no-untyped-def]
         options.setdefault("frontend_processes", frontend_processes)
+        options.setdefault("http_server", http_server)
         return tserve(repo, extra_plugins=[("toy", toy_plugin)], **options)
     return start
 

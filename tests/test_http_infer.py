@@ -20,6 +20,12 @@ def frontend_processes(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
+@pytest.fixture(params=["uvicorn", "hypercorn"], ids=lambda name: f"http_server={name}")
+def http_server(request: pytest.FixtureRequest) -> str:
+    """...and under both HTTP servers."""
+    return str(request.param)
+
+
 @pytest.fixture
 def client(add_model, toy_server):  # type: ignore[no-untyped-def]
     add_model("every_type", every_datatype_config())
