@@ -39,6 +39,15 @@ def _keyed_options(text: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
+def _backend_config(text: str) -> tuple[str, dict[str, str]]:
+    """``<backend>,<setting>=<value>``, or Triton's global ``<setting>=<value>`` (backend name "")."""
+    name, comma, _rest = text.partition(",")
+    if not comma and "=" in name:
+        key, _, value = name.partition("=")
+        return "", {key: value}
+    return _keyed_options(text)
+
+
 def _frontend_count(text: str) -> int:
     try:
         count = int(text)
@@ -56,50 +65,134 @@ def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+# tritonserver 2.51 flags that mean nothing here, or are not built yet: accepted, each with one warning
+# naming it, so a Triton launch command line starts triton-serve unchanged. (group, flag, metavar, why)
+IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
+    ("Logging", "--log-info", "<boolean>", "not implemented yet: info logging is always on"),
+    ("Logging", "--log-warning", "<boolean>", "not implemented yet: warnings are always logged"),
+    ("Logging", "--log-error", "<boolean>", "not implemented yet: errors are always logged"),
+    ("Logging", "--log-format", "<string>", "not implemented yet: one log format"),
+    ("Logging", "--log-file", "<string>", "not implemented yet: the log goes to standard error"),
+    ("Model Repository", "--repository-poll-secs", "<integer>", "poll mode is not implemented yet"),
+    ("Model Repository", "--model-load-thread-count", "<integer>", "models load concurrently on one event loop"),
+    ("Model Repository", "--model-load-retry-count", "<integer>", "a failed load is not retried"),
+    ("Model Repository", "--model-namespacing", "<boolean>", "model namespacing is not implemented"),
+    ("Model Repository", "--enable-peer-access", "<boolean>", "no CUDA peer access is set up"),
+    ("HTTP", "--http-header-forward-pattern", "<string>", "header forwarding is not implemented yet"),
+    ("HTTP", "--http-thread-count", "<integer>", "use --frontend-processes to serve on more cores"),
+    ("HTTP", "--http-restricted-api", "<string>:<string>=<string>", "restricted APIs are not implemented yet"),
+    ("GRPC", "--grpc-header-forward-pattern", "<string>", "header forwarding is not implemented yet"),
+    ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
+    ("GRPC", "--grpc-restricted-protocol", "<string>:<string>=<string>", "restricted APIs are not implemented yet"),
+    ("Sagemaker", "--allow-sagemaker", "<boolean>", "there is no SageMaker endpoint"),
+    ("Sagemaker", "--sagemaker-port", "<integer>", "there is no SageMaker endpoint"),
+    ("Sagemaker", "--sagemaker-safe-port-range", "<integer>-<integer>", "there is no SageMaker endpoint"),
+    ("Sagemaker", "--sagemaker-thread-count", "<integer>", "there is no SageMaker endpoint"),
+    ("Vertex", "--allow-vertex-ai", "<boolean>", "there is no Vertex AI endpoint"),
+    ("Vertex", "--vertex-ai-port", "<integer>", "there is no Vertex AI endpoint"),
+    ("Vertex", "--vertex-ai-thread-count", "<integer>", "there is no Vertex AI endpoint"),
+    ("Vertex", "--vertex-ai-default-model", "<string>", "there is no Vertex AI endpoint"),
+    ("Metrics", "--allow-gpu-metrics", "<boolean>", "metrics are not implemented yet"),
+    ("Metrics", "--allow-cpu-metrics", "<boolean>", "metrics are not implemented yet"),
+    ("Metrics", "--metrics-interval-ms", "<float>", "metrics are not implemented yet"),
+    ("Metrics", "--metrics-config", "<string>=<string>", "metrics are not implemented yet"),
+    ("Tracing", "--trace-config", "<string>,<string>=<string>", "tracing is not implemented yet"),
+    ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
+    ("Repository Agent", "--repoagent-directory", "<string>", "repository agents are not supported"),
+    ("Response Cache", "--cache-directory", "<string>", "caches are Python packages found through entry points"),
+    ("Memory and devices", "--pinned-memory-pool-byte-size", "<integer>", "no pinned memory pool is kept"),
+    ("Memory and devices", "--cuda-memory-pool-byte-size", "<integer>:<integer>", "no CUDA memory pool is kept"),
+    ("Memory and devices", "--cuda-virtual-address-size", "<integer>:<integer>", "no CUDA memory pool is kept"),
+    ("Memory and devices", "--min-supported-compute-capability", "<float>", "GPUs are used as the backends find them"),
+    ("Memory and devices", "--buffer-manager-thread-count", "<integer>", "no buffer manager threads"),
+    ("Memory and devices", "--host-policy", "<string>,<string>=<string>", "host policies are not supported"),
+    ("Memory and devices", "--model-load-gpu-limit", "<device_id>:<fraction>", "GPU memory is not limited"),
+    ("DEPRECATED", "--trace-file", "<string>", "tracing is not implemented yet"),
+    ("DEPRECATED", "--trace-level", "<string>", "tracing is not implemented yet"),
+    ("DEPRECATED", "--trace-rate", "<integer>", "tracing is not implemented yet"),
+    ("DEPRECATED", "--trace-count", "<integer>", "tracing is not implemented yet"),
+    ("DEPRECATED", "--trace-log-frequency", "<integer>", "tracing is not implemented yet"),
+]
+# Flags only triton-serve has.
+OWN_GROUP = "triton-serve"
+# The help's groups, in tritonserver --help's order, then ours.
+GROUPS = ("Server", "Logging", "Model Repository", "HTTP", "GRPC", "Sagemaker", "Vertex", "Metrics", "Tracing",
+          "Backend", "Repository Agent", "Response Cache", "Rate Limiter", "Memory and devices", "DEPRECATED",
+          OWN_GROUP)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every tritonserver 2.51 flag, grouped as ``tritonserver --help`` groups them, plus triton-serve's own."""
     parser = argparse.ArgumentParser(
         prog="triton-serve", description="Serve a Triton model repository over KServe v2 HTTP and gRPC. "
         "Run 'triton-serve plugins' to list installed plugins.")
-    flag = parser.add_argument
-    flag("--model-repository", "--model-store", dest="model_repositories", action="append", default=[],
+    groups = {title: parser.add_argument_group(title) for title in GROUPS}
+    group = groups.__getitem__
+
+    server = group("Server").add_argument
+    server("--id", default="", help="accepted; the server metadata keeps the name 'triton' that clients expect")
+    server("--exit-timeout-secs", type=int, default=30,
+           help="seconds a graceful stop waits for in-flight requests (default 30)")
+    group("Logging").add_argument("--log-verbose", type=int, default=0, help="debug logging when > 0")
+    repo = group("Model Repository").add_argument
+    repo("--model-repository", "--model-store", dest="model_repositories", action="append", default=[],
          help="model repository path (repeatable); default: the example repository shipped with triton-serve")
-    for proto, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
-        flag(f"--{proto}-port", type=int, default=port)
-        flag(f"--{proto}-address", default="0.0.0.0")
-        flag(f"--allow-{proto}", type=_bool, nargs="?", const=True, default=True)
-    flag("--http-server", choices=list(HTTP_SERVERS), default="uvicorn",
-         help="the HTTP/1.1 server: uvicorn with httptools (default, fastest) or hypercorn (also serves HTTP/2)")
-    flag("--frontend-processes", type=_frontend_count, default=default_process_count(),
-         help="processes that accept HTTP and gRPC on the server's ports and forward to the process that owns "
-              "the models; 0 serves both protocols in that process (default: one per core on 4 cores or more, "
-              f"else 0; here {default_process_count()})")
-    _add_grpc_flags(parser)
-    flag("--model-control-mode", choices=["none", "explicit"], default="none")
-    flag("--load-model", dest="load_models", action="append", default=[],
-         help="model to load at start-up in explicit mode ('*' for all; repeatable)")
-    flag("--exit-on-error", type=_bool, nargs="?", const=True, default=False,
+    repo("--exit-on-error", type=_bool, nargs="?", const=True, default=False,
          help="exit if a model fails to load at start-up (default false: serve the others)")
-    flag("--strict-readiness", type=_bool, nargs="?", const=True, default=True)
-    flag("--strict-model-config", type=_bool, nargs="?", const=True, default=False)
-    flag("--disable-auto-complete-config", type=_bool, nargs="?", const=True, default=False)
-    flag("--model-config-name", default="")
-    flag("--http-max-input-size", type=int, default=1 << 26)
-    flag("--backend-config", action="append", default=[], type=_keyed_options,
-         help="<backend>,<key>=<value> (repeatable)")
-    flag("--cache-config", type=_keyed_options, default=None, help="<cache>,<key>=<value>, e.g. local,size=1048576")
-    flag("--rate-limit", choices=["off", "execution_count"], default="off",
-         help="execution_count: instances run only while they hold their rate_limiter resources")
-    flag("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
-         type=_rate_limit_resource, help="<name>:<count>[:<device>] (repeatable)")
-    flag("--log-verbose", type=int, default=0)
-    flag("--plugin", dest="plugins", action="append", default=[],
-         help="'no:NAME' blocks plugin NAME (repeatable)")
+    repo("--disable-auto-complete-config", type=_bool, nargs="?", const=True, default=False)
+    repo("--strict-readiness", type=_bool, nargs="?", const=True, default=True)
+    repo("--model-control-mode", choices=["none", "explicit"], default="none")
+    repo("--load-model", dest="load_models", action="append", default=[],
+         help="model to load at start-up in explicit mode ('*' for all; repeatable)")
+    repo("--model-config-name", default="")
+    for proto, title, port in (("http", "HTTP", 8000), ("grpc", "GRPC", 8001), ("metrics", "Metrics", 8002)):
+        add = group(title).add_argument
+        add(f"--allow-{proto}", type=_bool, nargs="?", const=True, default=True)
+        add(f"--{proto}-address", default="0.0.0.0")
+        add(f"--{proto}-port", type=int, default=port)
+        if proto != "metrics":
+            add(f"--reuse-{proto}-port", type=_bool, nargs="?", const=True, default=False,
+                help="let other processes bind the same port (SO_REUSEPORT)")
+    _add_grpc_flags(group("GRPC"))
+    group("Backend").add_argument(
+        "--backend-config", action="append", default=[], type=_backend_config,
+        help="<backend>,<setting>=<value> for one backend, or <setting>=<value> for every backend (repeatable)")
+    cache = group("Response Cache").add_argument
+    cache("--cache-config", type=_keyed_options, default=None, help="<cache>,<key>=<value>, e.g. local,size=1048576")
+    limiter = group("Rate Limiter").add_argument
+    limiter("--rate-limit", choices=["off", "execution_count"], default="off",
+            help="execution_count: instances run only while they hold their rate_limiter resources")
+    limiter("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
+            type=_rate_limit_resource, help="<name>:<count>[:<device>] (repeatable)")
+    deprecated = group("DEPRECATED").add_argument
+    deprecated("--strict-model-config", type=_bool, nargs="?", const=True, default=False)
+    deprecated("--response-cache-byte-size", type=int, default=None,
+               help="the same as --cache-config=local,size=<value>")
+    for title, name, metavar, why in IGNORED_FLAGS:
+        group(title).add_argument(name, metavar=metavar, default=None, help=f"accepted, no effect: {why}")
+    own = group(OWN_GROUP).add_argument
+    own("--http-server", choices=list(HTTP_SERVERS), default="uvicorn",
+        help="the HTTP/1.1 server: uvicorn with httptools (default, fastest) or hypercorn (also serves HTTP/2)")
+    own("--frontend-processes", type=_frontend_count, default=default_process_count(),
+        help="processes that accept HTTP and gRPC on the server's ports and forward to the process that owns "
+             "the models; 0 serves both protocols in that process (default: one per core on 4 cores or more, "
+             f"else 0; here {default_process_count()})")
+    own("--http-max-input-size", type=int, default=1 << 26)
+    own("--plugin", dest="plugins", action="append", default=[], help="'no:NAME' blocks plugin NAME (repeatable)")
     return parser
 
 
-def _add_grpc_flags(parser: argparse.ArgumentParser) -> None:
+def warn_ignored_flags(args: argparse.Namespace) -> None:
+    """One warning line for each given flag that triton-serve accepts but does not act on."""
+    log = logging.getLogger("triton_serve")
+    for _title, name, _metavar, why in IGNORED_FLAGS:
+        if getattr(args, name[2:].replace("-", "_")) is not None:
+            log.warning("%s is accepted for tritonserver compatibility but has no effect: %s", name, why)
+
+
+def _add_grpc_flags(group: argparse._ArgumentGroup) -> None:
     """Triton's gRPC flags beyond port and address (times in milliseconds)."""
-    flag = parser.add_argument
+    flag = group.add_argument
     defaults = GrpcOptions()
     for name in ("use-ssl", "use-ssl-mutual", "keepalive-permit-without-calls"):
         flag(f"--grpc-{name}", type=_bool, nargs="?", const=True, default=getattr(defaults, name.replace("-", "_")))
@@ -127,6 +220,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for name, options in args.backend_config:
         backend_config.setdefault(name, {}).update(options)
+    cache_config = args.cache_config
+    if cache_config is None and args.response_cache_byte_size:
+        cache_config = ("local", {"size": str(args.response_cache_byte_size)})
     return ServerOptions(
         model_repositories=args.model_repositories,
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
@@ -139,7 +235,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         disable_auto_complete_config=args.disable_auto_complete_config or args.strict_model_config,
         model_control_mode=args.model_control_mode, load_models=args.load_models,
         model_config_name=args.model_config_name, http_max_input_size=args.http_max_input_size,
-        backend_config=backend_config, cache_config=args.cache_config, blocked_plugins=blocked,
+        backend_config=backend_config, cache_config=cache_config, blocked_plugins=blocked,
+        exit_timeout_secs=args.exit_timeout_secs, reuse_http_port=args.reuse_http_port,
+        reuse_grpc_port=args.reuse_grpc_port,
         rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
 
 
@@ -181,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
                             format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+        warn_ignored_flags(args)
         run_on_fast_loop(_run(options_from_args(args)))
     except ServerError as error:
         print(f"error: {error.message}", file=sys.stderr)

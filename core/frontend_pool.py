@@ -16,7 +16,7 @@ from . import channel
 from .dataplane import DataPlane
 from .errors import ServerError, internal, unavailable
 from .frontends import FrontendOptions
-from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket
+from .http.serving import listen_socket
 from .inference import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("triton_serve.frontend")
@@ -210,9 +210,9 @@ class FrontendPool:
     def _check_ports_free(self) -> None:
         """A port another program holds is an error, as in Triton (the processes share it with SO_REUSEPORT)."""
         options = self.options
-        if options.allow_http:
+        if options.allow_http and not options.reuse_http_port:
             listen_socket(options.http_address, options.http_port).close()
-        if options.allow_grpc:
+        if options.allow_grpc and not options.reuse_grpc_port:
             listen_socket(options.grpc_address, options.grpc_port, what="gRPC").close()
 
     def request_stop(self) -> None:
@@ -221,7 +221,8 @@ class FrontendPool:
             process.signal(signal.SIGTERM)
 
     async def wait_stopped(self) -> None:
-        await asyncio.gather(*(process.wait_exit(GRACEFUL_TIMEOUT_S + 5) for process in self.processes))
+        grace = self.options.exit_timeout_secs + 5
+        await asyncio.gather(*(process.wait_exit(grace) for process in self.processes))
         for process in self.processes:
             if process.watcher is not None:
                 process.watcher.cancel()

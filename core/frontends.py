@@ -9,7 +9,7 @@ from typing import Any
 
 from .grpc_frontend.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
-from .http.serving import listen_socket, serve_http
+from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
 
 
 @dataclass
@@ -22,10 +22,13 @@ class FrontendOptions:
     allow_http: bool = True
     http_server: str = "uvicorn"  # or "hypercorn"
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    reuse_http_port: bool = False  # --reuse-http-port: other processes may bind the port too
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_grpc: bool = True
+    reuse_grpc_port: bool = False
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)
+    exit_timeout_secs: float = GRACEFUL_TIMEOUT_S  # how long a graceful stop waits for in-flight requests
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -53,10 +56,11 @@ class Frontends:
         options = self.options
         http_socket = None
         if options.allow_http:  # bind first: a taken port fails the start before anything serves
-            http_socket = listen_socket(options.http_address, options.http_port, reuse_port=self.reuse_port)
+            http_socket = listen_socket(options.http_address, options.http_port,
+                                        reuse_port=self.reuse_port or options.reuse_http_port)
         if options.allow_grpc:
             grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
-                                         reuse_port=self.reuse_port)
+                                         reuse_port=self.reuse_port or options.reuse_grpc_port)
             try:
                 await grpc_frontend.start()
             except BaseException:
@@ -67,11 +71,11 @@ class Frontends:
         if http_socket is not None:
             app = HttpFrontend(self.api, options.http_max_input_size).app()
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server,
-                                                              self._stopping)))
+                                                              self._stopping, options.exit_timeout_secs)))
 
     async def _serve_grpc(self, grpc_frontend: GrpcFrontend) -> None:
         await self._stopping.wait()
-        await grpc_frontend.stop()
+        await grpc_frontend.stop(self.options.exit_timeout_secs)
 
     def request_stop(self) -> None:
         self._stopping.set()

@@ -102,7 +102,8 @@ class BackendRegistry(Registry[type[Backend]]):
         if name not in self._instances:
             backend_cls = self.get(name)
             assert backend_cls is not None
-            self._instances[name] = backend_cls(self.options.get(name, {}))
+            # Triton's global --backend-config=<setting>=<value> (name "") applies to every backend.
+            self._instances[name] = backend_cls({**self.options.get("", {}), **self.options.get(name, {})})
         return self._instances[name]
 
 

@@ -60,13 +60,17 @@ class ServerOptions:
     rate_limit: str = "off"  # or "execution_count"
     rate_limit_resources: dict[tuple[str, int | None], int] = field(default_factory=dict)
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
+    exit_timeout_secs: int = 30  # how long a graceful stop waits for in-flight requests
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
 
     def frontend_options(self) -> FrontendOptions:
         return FrontendOptions(
             http_address=self.http_address, http_port=self.http_port, allow_http=self.allow_http,
             http_server=self.http_server, http_max_input_size=self.http_max_input_size,
             grpc_address=self.grpc_address, grpc_port=self.grpc_port, allow_grpc=self.allow_grpc,
-            grpc_options=self.grpc_options)
+            grpc_options=self.grpc_options, exit_timeout_secs=self.exit_timeout_secs,
+            reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port)
 
 
 class Server:
@@ -81,7 +85,7 @@ class Server:
         self.repository = ModelRepository(sources, self.plugins, RepositoryOptions(
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
-            model_config_name=options.model_config_name,
+            model_config_name=options.model_config_name, drain_timeout_s=options.exit_timeout_secs,
             rate_limiter=RateLimiter(options.rate_limit == "execution_count", options.rate_limit_resources)))
         extensions = CORE_EXTENSIONS + [extension for kind, extension in SCHEDULER_EXTENSIONS.items()
                                         if self.plugins.schedulers.get(kind) is not None]

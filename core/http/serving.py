@@ -33,15 +33,17 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False, what: str =
     return sock
 
 
-async def serve_http(app: Any, sock: socket.socket, server: str, stopping: asyncio.Event) -> None:
-    """Serve ``app`` on ``sock`` until ``stopping`` is set, then drain in-flight requests and return."""
+async def serve_http(app: Any, sock: socket.socket, server: str, stopping: asyncio.Event,
+                     graceful_timeout: float = GRACEFUL_TIMEOUT_S) -> None:
+    """Serve ``app`` on ``sock`` until ``stopping`` is set, then drain in-flight requests (for at most
+    ``graceful_timeout`` seconds) and return."""
     if server == "hypercorn":
-        await _serve_hypercorn(app, sock, stopping)
+        await _serve_hypercorn(app, sock, stopping, graceful_timeout)
     else:
-        await _serve_uvicorn(app, sock, stopping)
+        await _serve_uvicorn(app, sock, stopping, graceful_timeout)
 
 
-async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event) -> None:
+async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -51,7 +53,7 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event)
 
     config = uvicorn.Config(app, http="httptools", ws="none", lifespan="off", loop="none", access_log=False,
                             log_config=None, timeout_keep_alive=int(KEEP_ALIVE_S),
-                            timeout_graceful_shutdown=int(GRACEFUL_TIMEOUT_S), server_header=False)
+                            timeout_graceful_shutdown=max(int(graceful_timeout), 1), server_header=False)
     server = Server(config)
 
     async def stop_when_asked() -> None:
@@ -65,7 +67,7 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event)
         watcher.cancel()
 
 
-async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Event) -> None:
+async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float) -> None:
     from hypercorn.asyncio import serve
     from hypercorn.config import Config
 
@@ -73,7 +75,7 @@ async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Even
     config.bind = [f"fd://{sock.fileno()}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")  # our log handlers only: no second copy
-    config.graceful_timeout = GRACEFUL_TIMEOUT_S
+    config.graceful_timeout = graceful_timeout
     config.keep_alive_timeout = KEEP_ALIVE_S
     try:
         await serve(app, config, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]

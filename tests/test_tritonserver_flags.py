@@ -1,0 +1,112 @@
+"""Every tritonserver 2.51 flag is accepted, so a Triton launch command line starts triton-serve unchanged:
+the ones triton-serve acts on behave as Triton's, the others each log one warning naming them."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from triton_serve.cli import IGNORED_FLAGS, build_parser, options_from_args, warn_ignored_flags
+from triton_serve.registry import BackendRegistry
+from triton_serve.testing import TOY_BACKENDS
+
+from .test_grpc_stream import SLOW
+
+# A launch line as Triton's own docs and deployment scripts write them (one of every 2.51 flag).
+TRITON_COMMAND_LINE = [
+    "--id=inference-1", "--exit-timeout-secs=5", "--log-verbose=0", "--log-info=true", "--log-warning=true",
+    "--log-error=true", "--log-format=default", "--log-file=/tmp/triton.log", "--model-store=/models",
+    "--exit-on-error=false", "--disable-auto-complete-config", "--strict-readiness=true",
+    "--model-control-mode=explicit", "--repository-poll-secs=15", "--load-model=*", "--model-config-name=h100",
+    "--model-load-thread-count=4", "--model-load-retry-count=0", "--model-namespacing=false",
+    "--enable-peer-access=true", "--allow-http=true", "--http-address=0.0.0.0", "--http-port=8000",
+    "--reuse-http-port=false", "--http-header-forward-pattern=x-.*", "--http-thread-count=8",
+    "--http-restricted-api=model-repository:admin-key=secret", "--allow-grpc=true", "--grpc-address=0.0.0.0",
+    "--grpc-port=8001", "--reuse-grpc-port=false", "--grpc-header-forward-pattern=x-.*",
+    "--grpc-infer-allocation-pool-size=8", "--grpc-use-ssl=false", "--grpc-use-ssl-mutual=false",
+    "--grpc-infer-response-compression-level=none", "--grpc-keepalive-time=7200000",
+    "--grpc-keepalive-timeout=20000", "--grpc-keepalive-permit-without-calls=false",
+    "--grpc-http2-max-pings-without-data=2", "--grpc-http2-min-recv-ping-interval-without-data=300000",
+    "--grpc-http2-max-ping-strikes=2", "--grpc-restricted-protocol=health:k=v", "--allow-sagemaker=false",
+    "--sagemaker-port=8080", "--sagemaker-safe-port-range=8081-8085", "--sagemaker-thread-count=8",
+    "--allow-vertex-ai=false", "--vertex-ai-port=8080", "--vertex-ai-thread-count=8",
+    "--vertex-ai-default-model=m", "--allow-metrics=true", "--allow-gpu-metrics=false", "--allow-cpu-metrics=true",
+    "--metrics-address=0.0.0.0", "--metrics-port=8002", "--metrics-interval-ms=2000",
+    "--metrics-config=summary_latencies=true", "--trace-config=triton,file=/tmp/trace.json",
+    "--backend-directory=/opt/tritonserver/backends", "--backend-config=python,shm-default-byte-size=1048576",
+    "--backend-config=default-max-batch-size=4", "--repoagent-directory=/opt/tritonserver/repoagents",
+    "--cache-config=local,size=1048576", "--cache-directory=/opt/tritonserver/caches", "--rate-limit=off",
+    "--rate-limit-resource=R1:10:0", "--pinned-memory-pool-byte-size=268435456",
+    "--cuda-memory-pool-byte-size=0:67108864", "--cuda-virtual-address-size=0:1073741824",
+    "--min-supported-compute-capability=6.0", "--buffer-manager-thread-count=0",
+    "--host-policy=numa0,numa-node=0", "--model-load-gpu-limit=0:0.9", "--strict-model-config=false",
+    "--trace-file=/tmp/t.json", "--trace-level=OFF", "--trace-rate=1000", "--trace-count=-1",
+    "--trace-log-frequency=0",
+]
+
+
+def test_a_triton_command_line_parses_and_names_each_ignored_flag(caplog: pytest.LogCaptureFixture) -> None:
+    args = build_parser().parse_args(TRITON_COMMAND_LINE)
+    options = options_from_args(args)
+    assert options.model_repositories == ["/models"] and options.exit_timeout_secs == 5
+    assert options.model_control_mode == "explicit" and options.load_models == ["*"]
+    assert options.cache_config == ("local", {"size": "1048576"})
+    assert options.backend_config == {"python": {"shm-default-byte-size": "1048576"},
+                                      "": {"default-max-batch-size": "4"}}
+    with caplog.at_level(logging.WARNING, logger="triton_serve"):
+        warn_ignored_flags(args)
+    warned = [record.getMessage() for record in caplog.records]
+    assert len(warned) == len(IGNORED_FLAGS)  # one line per flag
+    for (_group, name, _metavar, _why), line in zip(IGNORED_FLAGS, warned):
+        assert line.startswith(f"{name} is accepted for tritonserver compatibility but has no effect: ")
+
+
+def test_help_groups_flags_as_tritonserver_does() -> None:
+    text = build_parser().format_help()
+    titles = ["Server:", "Logging:", "Model Repository:", "HTTP:", "GRPC:", "Metrics:", "Tracing:", "Backend:",
+              "Response Cache:", "Rate Limiter:", "DEPRECATED:"]
+    positions = [text.index(f"\n{title}\n") for title in titles]
+    assert positions == sorted(positions)
+    assert text.index("\n  --backend-directory") > text.index("\nBackend:\n")
+
+
+def test_global_backend_config_reaches_every_backend() -> None:
+    registry = BackendRegistry()
+    for backend in TOY_BACKENDS[:2]:
+        registry.add(backend)
+    args = build_parser().parse_args(["--backend-config=default-max-batch-size=4",
+                                      "--backend-config=toy_identity,default-max-batch-size=2"])
+    registry.options = options_from_args(args).backend_config
+    assert registry.instance("toy_identity").options == {"default-max-batch-size": "2"}  # a backend's own wins
+    assert registry.instance("toy_add_sub").options == {"default-max-batch-size": "4"}
+
+
+def test_response_cache_byte_size_is_the_local_cache() -> None:
+    options = options_from_args(build_parser().parse_args(["--response-cache-byte-size=4096"]))
+    assert options.cache_config == ("local", {"size": "4096"})
+
+
+def test_exit_timeout_bounds_the_drain(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("slow", SLOW.replace('"0.3"', '"600"'))  # an in-flight request that would take 10 minutes
+    server = toy_server(exit_timeout_secs=1)
+    outcome: list[object] = []
+
+    def call() -> None:
+        tensor = httpclient.InferInput("INPUT0", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([1], dtype=np.int32))
+        try:
+            outcome.append(httpclient.InferenceServerClient(server.http_url, network_timeout=120).infer("slow", [tensor]))
+        except (InferenceServerException, OSError) as error:
+            outcome.append(error)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    while not server.server.repository.models["slow"].versions[1].scheduler._tasks:  # type: ignore[union-attr]
+        caller.join(0.01)
+    server.stop()  # returns because the drain gives up after 1 s (and the unload after 1 s)
+    caller.join(60)
+    assert not caller.is_alive() and len(outcome) == 1 and isinstance(outcome[0], Exception)
