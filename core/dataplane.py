@@ -15,6 +15,8 @@ from .errors import ServerError, Status, internal, unsupported
 from .inference import InferenceRequest, InferenceResponse
 from .protos.model_config_pb2 import ModelConfig
 from .repository import ModelRepository, ModelVersion
+from .shared_memory import SharedMemoryRegistry
+from .shared_memory_tensors import SharedMemoryLease, detached
 
 SERVER_NAME = "triton"
 
@@ -23,9 +25,10 @@ class DataPlane:
     """Health, metadata, inference and repository control, independent of the wire protocol.
 
     This is the API every front-end calls (``RemoteDataPlane`` offers the same methods in front-end
-    processes). Inference has one path: ``submit`` validates a request, answers it from the
-    response cache or hands it to the model's scheduler, and passes every response through the
-    version's output shaping and statistics on its way to the consumer.
+    processes). Inference has one path: ``submit`` reads inputs that name a shared-memory region,
+    validates the request, answers it from the response cache or hands it to the model's scheduler,
+    and passes every response through the version's output shaping, statistics and shared-memory
+    outputs on its way to the consumer.
     """
 
     def __init__(self, repository: ModelRepository, *, strict_readiness: bool = True,
@@ -36,6 +39,7 @@ class DataPlane:
         self.strict_readiness = strict_readiness
         self.extensions = extensions if extensions is not None else []
         self.cache = cache
+        self.shared_memory = SharedMemoryRegistry()
         self.is_live = True
         self.accepting = True
 
@@ -102,6 +106,7 @@ class DataPlane:
             raise unsupported(decoupled_error)
         request.model_version = found.version
         stats = found.stats
+        lease = SharedMemoryLease.take(self.shared_memory, request)
         try:
             route.validate(request)
             key = self._cache_key(found, request) if self.cache is not None and route.cacheable else None
@@ -110,16 +115,21 @@ class DataPlane:
                 cached = self.cache.lookup(key)  # type: ignore[union-attr]
                 (stats.cache_hit if cached is not None else stats.cache_miss).add(time.monotonic_ns() - started)
                 if cached is not None:
-                    stats.record_end(request.arrival_ns, True)
+                    if lease is not None:
+                        cached = lease.write_outputs(cached)
+                        lease.release()
+                    stats.record_end(request.arrival_ns, cached.error is None)
                     request.send(cached)
                     return
             if found.scheduler is None:
                 raise internal(f"model '{request.model_name}' version {found.version} has no scheduler")
-            request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key))
+            request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key, lease))
             request.enqueued_ns = time.monotonic_ns()
             found.scheduler.enqueue(request)
         except ServerError:
             stats.record_end(request.arrival_ns, False)
+            if lease is not None:
+                lease.release()
             raise
 
     async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
@@ -155,6 +165,23 @@ class DataPlane:
     def _versions_with_stats(self, name: str) -> list[ModelVersion]:
         model = self.repository.models[name]
         return sorted((v for v in model.versions.values() if v.is_ready()), key=lambda v: v.version)
+
+    # ---- shared memory ----------------------------------------------------------------------
+
+    async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register_system(name, key, offset, byte_size)
+
+    async def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int,
+                                          byte_size: int) -> None:
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+
+    async def shared_memory_status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
+        """Triton's status entries for the ``kind`` ("system" or "cuda") regions, or the one named."""
+        return self.shared_memory.status(kind, name)
+
+    async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
+        """Unregister one region (every one of ``kind`` without a name) once no request uses it."""
+        await self.shared_memory.unregister(kind, name)
 
     # ---- repository -------------------------------------------------------------------------
 
@@ -195,14 +222,17 @@ async def serve_one(api: Any, request: InferenceRequest, decoupled_error: str) -
 
 
 class _ResponseFinisher:
-    """Between a backend's ``send`` and the consumer: shape outputs, fill the cache, record statistics."""
+    """Between a backend's ``send`` and the consumer: shape outputs, fill the cache, write outputs into
+    shared memory, record statistics; the final response releases the request's regions."""
 
-    __slots__ = ("found", "cache", "key", "ok")
+    __slots__ = ("found", "cache", "key", "lease", "ok")
 
-    def __init__(self, found: ModelVersion, cache: ResponseCache | None, key: str | None) -> None:
+    def __init__(self, found: ModelVersion, cache: ResponseCache | None, key: str | None,
+                 lease: SharedMemoryLease | None) -> None:
         self.found = found
         self.cache = cache
         self.key = key
+        self.lease = lease
         self.ok = True
 
     def __call__(self, request: InferenceRequest, response: InferenceResponse | None,
@@ -213,10 +243,16 @@ class _ResponseFinisher:
                     response = self.found.route.shape(request, response)
                 except ServerError as error:
                     response = InferenceResponse.from_error(error)
+            lease = self.lease
+            if response.error is None and self.cache is not None:
+                cached = detached(response) if lease is not None and lease.views else response
+                self.cache.insert(self.key, cached)  # type: ignore[arg-type]
+            if response.error is None and lease is not None:
+                response = lease.write_outputs(response)
             if response.error is not None:
                 self.ok = False
-            elif self.cache is not None:
-                self.cache.insert(self.key, response)  # type: ignore[arg-type]
         if final:
             self.found.stats.record_end(request.arrival_ns, self.ok)
+            if self.lease is not None:
+                self.lease.release()
         return response

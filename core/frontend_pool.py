@@ -26,7 +26,8 @@ RESTART_DELAY_S = 0.5
 # The data plane methods a front-end process may call, besides inference.
 CALLS = {"live", "server_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
          "model_config_json", "is_decoupled", "model_statistics", "repository_index", "load_model",
-         "unload_model"}
+         "unload_model", "register_system_shared_memory", "register_cuda_shared_memory", "shared_memory_status",
+         "unregister_shared_memory"}
 
 
 def default_process_count() -> int:

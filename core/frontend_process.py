@@ -104,6 +104,19 @@ class RemoteDataPlane:
     async def unload_model(self, name: str) -> None:
         await self._call("unload_model", name)
 
+    async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._call("register_system_shared_memory", name, key, offset, byte_size)
+
+    async def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int,
+                                          byte_size: int) -> None:
+        await self._call("register_cuda_shared_memory", name, raw_handle, device_id, byte_size)
+
+    async def shared_memory_status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
+        return await self._call("shared_memory_status", kind, name)
+
+    async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
+        await self._call("unregister_shared_memory", kind, name)
+
     # ---- inference ------------------------------------------------------------------------------
 
     def submit(self, request: InferenceRequest, *, decoupled_error: str | None = None) -> None:

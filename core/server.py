@@ -19,9 +19,10 @@ from .repository import ModelRepository, RepositoryOptions
 
 log = logging.getLogger("triton_serve")
 
-# Extensions the core serves itself; the list in server metadata holds only what works.
-CORE_EXTENSIONS = ["classification", "model_repository", "model_configuration", "binary_tensor_data",
-                   "parameters", "statistics"]
+# Extensions the core serves itself; the list in server metadata holds only what works
+# (cuda_shared_memory too, as in Triton's CPU builds: without a GPU, registering a region says so).
+CORE_EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
+                   "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics"]
 # Extensions that exist once a plugin registers the scheduler behind them.
 SCHEDULER_EXTENSIONS = {"dynamic_batching": "schedule_policy", "sequence_batching": "sequence"}
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_repository"
@@ -153,11 +154,12 @@ class Server:
         self._stopping.set()
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish, unload every model."""
+        """Stop accepting, let in-flight requests finish, unload every model, unmap shared memory."""
         self.request_stop()
         if self.frontends is not None:
             await self.frontends.wait_stopped()
         await self.repository.shutdown()
+        self.dataplane.shared_memory.close()
         self.dataplane.is_live = False
         self._stopped.set()
 

@@ -116,9 +116,6 @@ def test_unknown_model_and_version(client) -> None:  # type: ignore[no-untyped-d
 
 
 @pytest.mark.parametrize(("call", "extension"), [
-    ("get_system_shared_memory_status", "system_shared_memory"),
-    ("get_cuda_shared_memory_status", "cuda_shared_memory"),
-    ("unregister_system_shared_memory", "system_shared_memory"),
     ("get_trace_settings", "trace"),
     ("get_log_settings", "logging"),
 ])

@@ -71,7 +71,7 @@ JSON_CASES = [
     ({"inputs": [tensor(), {**tensor("INPUT1"), "parameters": {"binary_data_size": 64}}]}, 400,
      "Input must set only one of the following fields"),
     ({"inputs": [tensor(), {**tensor("INPUT1"), "data": None, "parameters": {"shared_memory_region": "r"}}]},
-     400, "Unable to find system shared memory region: 'r'"),
+     404, "Unable to find shared memory region: 'r'"),
     ({"inputs": [tensor(), tensor("INPUT1")], "outputs": [{"name": "OUTPUT7"}]}, 400,
      "unexpected inference output 'OUTPUT7' for model 'add_sub'"),
     ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"triton_x": 1}}, 400,

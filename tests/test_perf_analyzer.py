@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import csv
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .conftest import ADD_SUB
 
 PERF_ANALYZER = Path(__file__).parents[1] / "scripts" / "perf_analyzer"
+EXAMPLES = Path(__file__).parents[1] / "examples" / "model_repository"
 
 
 def _perf_analyzer_works() -> str | None:
@@ -27,12 +30,27 @@ def test_perf_analyzer_completes_without_errors(protocol: str, add_model, toy_se
         pytest.skip(reason)
     add_model("add_sub", ADD_SUB)
     server = toy_server()
-    url = server.http_url if protocol == "http" else server.grpc_url
+    _run_cleanly(server.http_url if protocol == "http" else server.grpc_url, protocol, tmp_path)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_with_system_shared_memory(protocol: str, tserve: Callable[..., Any], tmp_path: Path) -> None:
+    """The example add_sub (a Python-backend model) with every input and output in shared memory."""
+    reason = _perf_analyzer_works()
+    if reason:
+        pytest.skip(reason)
+    pytest.importorskip("triton_serve_python", reason="the example add_sub needs the Python backend plugin")
+    server = tserve(EXAMPLES, model_control_mode="explicit", load_models=["add_sub"])
+    _run_cleanly(server.http_url if protocol == "http" else server.grpc_url, protocol, tmp_path,
+                 "--shared-memory", "system")
+
+
+def _run_cleanly(url: str, protocol: str, tmp_path: Path, *options: str) -> None:
     report = tmp_path / "report.csv"
     done = subprocess.run(
         [str(PERF_ANALYZER), "-m", "add_sub", "-u", url, "-i", protocol, "--concurrency-range", "2:2",
          "--request-count", "200",  # a fixed amount of work: no stability search on a busy machine
-         "-f", str(report)], capture_output=True, text=True, timeout=120)
+         "-f", str(report), *options], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     with report.open() as handle:
         rows = list(csv.DictReader(handle))

@@ -10,6 +10,7 @@ from ..datatypes import BY_NAME, DataType, deserialize_bytes, element_count, to_
 from ..errors import ServerError, unsupported
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
+from ..shared_memory_tensors import BYTE_SIZE, OFFSET, REGION, no_data
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
@@ -104,10 +105,13 @@ def decode_request(message: ModelInferRequest) -> InferenceRequest:
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise ServerError(f"shape {list(shape)} of input '{name}' for model '{model}' has negative dims")
-        if tensor.parameters and "shared_memory_region" in tensor.parameters:
-            raise ServerError(f"Unable to find system shared memory region: "
-                              f"'{tensor.parameters['shared_memory_region'].string_param}'")
-        if tensor.HasField("contents"):
+        shared = _shared_memory_parameters(tensor) if tensor.parameters else None
+        if shared is not None:  # the data plane reads it from the region
+            if tensor.HasField("contents"):
+                raise ServerError(f"unexpected 'content' provided when using shared memory for input tensor "
+                                  f"'{name}' for model '{model}'")
+            array = no_data(dt.name)
+        elif tensor.HasField("contents"):
             if raw_count:
                 raise ServerError(f"contents field must not be specified when using raw_input_contents for "
                                   f"'{name}' for model '{model}'")
@@ -119,15 +123,48 @@ def decode_request(message: ModelInferRequest) -> InferenceRequest:
             raise ServerError(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
         if name in inputs:
             raise ServerError(f"input '{name}' is specified more than once for model '{model}'")
-        inputs[name] = Tensor(name, dt.name, shape, array)
+        inputs[name] = Tensor(name, dt.name, shape, array, shared or {})
     if used != raw_count:
         raise ServerError(f"unexpected additional input data for model '{model}': {raw_count} "
                           f"raw_input_contents for {used} input(s) without typed contents")
-    outputs = [RequestedOutput(o.name, params_from_proto(o.parameters) if o.parameters else {})
-               for o in message.outputs]
+    outputs = [_requested_output(o) for o in message.outputs]
     parameters = _request_parameters(message.parameters) if message.parameters else {}
     return InferenceRequest(model, parse_version(message.model_version), id=message.id, inputs=inputs,
                             outputs=outputs, parameters=parameters)
+
+
+def _shared_memory_parameters(tensor: Any) -> Parameters | None:
+    """The region, offset and byte size an input or requested output names, None if it names no
+    region; Triton's checks and messages (``ParseSharedMemoryParams``)."""
+    params = tensor.parameters
+    found: Parameters = {}
+    if REGION in params:
+        if params[REGION].WhichOneof("parameter_choice") != "string_param":
+            raise ServerError(f"invalid value type for '{REGION}' parameter for tensor '{tensor.name}', "
+                              "expected string_param.")
+        found[REGION] = params[REGION].string_param
+    for key in (OFFSET, BYTE_SIZE):
+        if key not in params:
+            continue
+        if not found:
+            raise ServerError(f"'{key}' can not be specified without '{REGION}' parameter for tensor '{tensor.name}'")
+        if params[key].WhichOneof("parameter_choice") != "int64_param":
+            raise ServerError(f"invalid value type for '{key}' parameter for tensor '{tensor.name}', "
+                              "expected int64_param.")
+        found[key] = params[key].int64_param
+    if found and BYTE_SIZE not in found:
+        raise ServerError(f"'{BYTE_SIZE}' must be specified along with '{REGION}' parameter for tensor "
+                          f"'{tensor.name}'")
+    return found or None
+
+
+def _requested_output(output: Any) -> RequestedOutput:
+    if not output.parameters:
+        return RequestedOutput(output.name, {})
+    parameters = params_from_proto(output.parameters)
+    if _shared_memory_parameters(output) is not None and "classification" in parameters:
+        raise ServerError("output can't set both 'shared_memory_region' and 'classification'")
+    return RequestedOutput(output.name, parameters)
 
 
 def _raw_array(model: str, name: str, dt: DataType, shape: tuple[int, ...], data: bytes) -> np.ndarray:
@@ -173,7 +210,7 @@ def _typed_array(model: str, name: str, dt: DataType, shape: tuple[int, ...],
 
 def encode_response(response: InferenceResponse, request: InferenceRequest, message: ModelInferResponse) -> None:
     """Fill ``message``: one ``raw_output_contents`` entry per output, in output order (tritonclient reads
-    only those)."""
+    only those); the entry of an output written into shared memory is empty, as its data is."""
     message.model_name = request.model_name
     message.model_version = str(request.model_version)
     message.id = request.id

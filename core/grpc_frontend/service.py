@@ -140,13 +140,51 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         stats = await self.dataplane.model_statistics(request.name, parse_version(request.version))
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
 
+    # ---- shared memory --------------------------------------------------------------------------
+
+    @_rpc
+    async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest,
+                                       context: Any) -> pb.SystemSharedMemoryStatusResponse:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in await self.dataplane.shared_memory_status("system", request.name):
+            response.regions[region["name"]].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    @_rpc
+    async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest,
+                                         context: Any) -> pb.SystemSharedMemoryRegisterResponse:
+        await self.dataplane.register_system_shared_memory(request.name, request.key, request.offset,
+                                                           request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest,
+                                           context: Any) -> pb.SystemSharedMemoryUnregisterResponse:
+        await self.dataplane.unregister_shared_memory("system", request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest,
+                                     context: Any) -> pb.CudaSharedMemoryStatusResponse:
+        response = pb.CudaSharedMemoryStatusResponse()
+        for region in await self.dataplane.shared_memory_status("cuda", request.name):
+            response.regions[region["name"]].CopyFrom(pb.CudaSharedMemoryStatusResponse.RegionStatus(**region))
+        return response
+
+    @_rpc
+    async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest,
+                                       context: Any) -> pb.CudaSharedMemoryRegisterResponse:
+        await self.dataplane.register_cuda_shared_memory(request.name, request.raw_handle, request.device_id,
+                                                         request.byte_size)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    @_rpc
+    async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest,
+                                         context: Any) -> pb.CudaSharedMemoryUnregisterResponse:
+        await self.dataplane.unregister_shared_memory("cuda", request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     # ---- features not built yet ---------------------------------------------------------------
 
-    SystemSharedMemoryStatus = _not_built("SystemSharedMemoryStatus", "system_shared_memory")
-    SystemSharedMemoryRegister = _not_built("SystemSharedMemoryRegister", "system_shared_memory")
-    SystemSharedMemoryUnregister = _not_built("SystemSharedMemoryUnregister", "system_shared_memory")
-    CudaSharedMemoryStatus = _not_built("CudaSharedMemoryStatus", "cuda_shared_memory")
-    CudaSharedMemoryRegister = _not_built("CudaSharedMemoryRegister", "cuda_shared_memory")
-    CudaSharedMemoryUnregister = _not_built("CudaSharedMemoryUnregister", "cuda_shared_memory")
     TraceSetting = _not_built("TraceSetting", "trace")
     LogSettings = _not_built("LogSettings", "logging")

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from ..dataplane import DataPlane
 from ..errors import ServerError, Status, internal
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
+from .shared_memory import SharedMemoryRoutes
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class HttpFrontend:
             Route("/v2/repository/{repository}/index", self.named_repository, methods=["POST"]),
             Route("/v2/repository/{repository}/models/{model}/{action:str}", self.named_repository,
                   methods=["POST"]),
+            *SharedMemoryRoutes(self.dataplane, self._json_body).routes(),
         ]
         for prefix in (model, versioned):
             routes += [

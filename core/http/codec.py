@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 
 from ..datatypes import BY_NAME, element_count, from_wire_bytes, name_of_config_type, to_wire_bytes
-from ..errors import ServerError, internal
-from ..inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ..errors import ServerError, Status, internal
+from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.model_config_pb2 import ModelConfig
+from ..shared_memory_tensors import BYTE_SIZE, OFFSET, REGION, no_data
 
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")
@@ -110,17 +111,35 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
     for raw in doc.get("outputs") or []:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise ServerError("each requested output must be an object with a 'name'")
-        out_params = raw.get("parameters") or {}
-        if out_params.get("shared_memory_region") is not None:
-            _no_shared_memory(out_params["shared_memory_region"])
-        outputs.append(RequestedOutput(raw["name"], dict(out_params)))
+        out_params = dict(raw.get("parameters") or {})
+        if REGION in out_params:
+            if "classification" in out_params:
+                raise ServerError("Output can't set both 'shared_memory_region' and 'classification'")
+            if out_params.get("binary_data") is True:
+                raise ServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
+            out_params.update(_shared_memory_parameters(out_params, raw["name"]))
+        outputs.append(RequestedOutput(raw["name"], out_params))
     request = InferenceRequest(model_name, version, id=request_id, inputs=inputs, outputs=outputs,
                                parameters=params)
     return request
 
 
-def _no_shared_memory(region: Any) -> None:
-    raise ServerError(f"Unable to find system shared memory region: '{region}'")
+def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
+    """The region, offset and byte size a tensor's parameters name, with Triton's messages (and status)
+    for values JSON cannot give as a string or an unsigned integer."""
+    region = params[REGION]
+    if not isinstance(region, str):
+        raise ServerError(f"Unable to parse '{REGION}': attempt to access JSON non-string as string "
+                          f"(tensor '{tensor}')", Status.INTERNAL)
+    found: Parameters = {REGION: region}
+    for key in (OFFSET, BYTE_SIZE):
+        value = params.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:
+            raise ServerError(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as "
+                              f"unsigned-integer (tensor '{tensor}', shared memory region '{region}')",
+                              Status.INTERNAL)
+        found[key] = value
+    return found
 
 
 def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor, int]:
@@ -136,8 +155,8 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
                                   ("shared_memory_region", "shared_memory_region" in params)) if present]
     if len(given) != 1:
         raise ServerError(f"{_ONE_OF} {len(given)} were set for input '{name}'")
-    if given[0] == "shared_memory_region":
-        _no_shared_memory(params["shared_memory_region"])
+    if given[0] == REGION:  # the data plane reads it from the region
+        return Tensor(name, datatype, shape, no_data(datatype), _shared_memory_parameters(params, name)), 0
     if given[0] == "data":
         return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"])), 0
     size = params["binary_data_size"]
@@ -199,13 +218,15 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
         params = tensor.parameters
         binary = params.get("binary_data", binary_default) is True
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        outputs_json.append(entry)
+        if REGION in params:  # written into shared memory: Triton sends only name, datatype and shape
+            continue
         if binary:
             blob = to_wire_bytes(tensor.datatype, tensor.data)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
             entry["data"] = _json_data(tensor)
-        outputs_json.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": str(request.model_version)}
     if request.id:
         doc["id"] = request.id

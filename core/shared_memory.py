@@ -1,0 +1,215 @@
+"""Triton's shared-memory registry: regions clients register by name, mapped once and used by requests."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import mmap
+import os
+import stat
+from abc import ABC, abstractmethod
+from typing import Any
+
+from .errors import ServerError, Status, not_found
+
+log = logging.getLogger(__name__)
+
+SYSTEM = "system"
+CUDA = "cuda"
+# Where Linux keeps POSIX shared-memory objects: shm_open("/key") opens SHM_DIRECTORY/key.
+SHM_DIRECTORY = "/dev/shm"
+_KIND_TEXT = {SYSTEM: "system", CUDA: "CUDA"}
+
+
+class Region(ABC):
+    """A registered window of memory that requests read inputs from and write outputs into.
+
+    ``users`` counts the requests holding it; a region that is unregistered while in use is closed
+    when the last one lets go. Subclasses map the memory: ``SystemRegion`` here, ``CudaRegion`` in
+    ``cuda_memory.py``. Every method runs on the server's event loop.
+    """
+
+    kind: str  # SYSTEM or CUDA
+
+    def __init__(self, name: str, byte_size: int) -> None:
+        self.name = name
+        self.byte_size = byte_size
+        self.users = 0
+        self._retired = False
+        self._closed: asyncio.Future[None] | None = None
+
+    @abstractmethod
+    def status(self) -> dict[str, Any]:
+        """Triton's status entry for the region."""
+
+    @abstractmethod
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        """``byte_size`` bytes at ``offset`` (checked with ``check_window``)."""
+
+    @abstractmethod
+    def write(self, offset: int, data: memoryview) -> None:
+        """Copy ``data`` (bytes) to ``offset`` (checked with ``check_window``)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the memory (no request uses the region any more)."""
+
+    def check_window(self, offset: int, byte_size: int) -> None:
+        """A request's offset and size must lie inside the region (Triton's messages)."""
+        if not 0 <= offset < self.byte_size:
+            raise ServerError(f"Invalid offset for shared memory region: '{self.name}'")
+        if byte_size < 0 or offset + byte_size > self.byte_size:
+            raise ServerError(f"Invalid offset + byte size for shared memory region: '{self.name}'")
+
+    def acquire(self) -> None:
+        self.users += 1
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0 and self._retired:
+            self._finish()
+
+    def retire(self) -> asyncio.Future[None] | None:
+        """Close now if no request uses the region, else once the last one releases it (the future)."""
+        self._retired = True
+        if self.users == 0:
+            self._finish()
+            return None
+        self._closed = asyncio.get_running_loop().create_future()
+        return self._closed
+
+    def _finish(self) -> None:
+        self.close()
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+
+class SystemRegion(Region):
+    """A window of a POSIX shared-memory object, mapped once at registration.
+
+    The object's descriptor stays open, so every use can check that the client has not deleted or
+    shrunk it (touching mapped pages past the end of a shrunk object would raise SIGBUS).
+    """
+
+    kind = SYSTEM
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        super().__init__(name, byte_size)
+        self.key = key
+        self.offset = offset
+        self._fd = _open_object(name, key)
+        try:
+            size = os.fstat(self._fd).st_size
+            if offset < 0 or byte_size <= 0 or offset + byte_size > size:
+                raise ServerError(f"failed to register shared memory region '{name}': invalid args (offset {offset} "
+                                  f"and byte_size {byte_size} do not fit the {size} bytes of '{key}')")
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY  # mmap offsets are page aligned
+            self._map = mmap.mmap(self._fd, offset - start + byte_size, offset=start)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._base = offset - start
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
+
+    def read(self, offset: int, byte_size: int) -> memoryview:
+        self._check_object()
+        start = self._base + offset
+        return memoryview(self._map)[start:start + byte_size]
+
+    def write(self, offset: int, data: memoryview) -> None:
+        self._check_object()
+        start = self._base + offset
+        self._map[start:start + len(data)] = data
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+        except BufferError:  # arrays still view the memory: it is unmapped when the last one goes
+            log.debug("shared memory region '%s' stays mapped until its arrays are released", self.name)
+        os.close(self._fd)
+
+    def _check_object(self) -> None:
+        info = os.fstat(self._fd)
+        if info.st_nlink == 0:
+            raise ServerError(f"shared memory region '{self.name}' is unusable: its key '{self.key}' was deleted "
+                              "while registered; unregister the region")
+        if info.st_size < self.offset + self.byte_size:
+            raise ServerError(f"shared memory region '{self.name}' is unusable: '{self.key}' shrank to "
+                              f"{info.st_size} bytes while registered; unregister the region")
+
+
+def _open_object(name: str, key: str) -> int:
+    """Open a POSIX shared-memory object as shm_open does: one name under SHM_DIRECTORY, never a path
+    elsewhere (no '/' past the leading ones), a regular file, and not through a symbolic link."""
+    bare = key.lstrip("/")
+    error = f"Unable to open shared memory region: '{key}' (registering '{name}'"
+    if not bare or "/" in bare:
+        raise ServerError(f"{error}: not a shared memory key)", Status.INTERNAL)
+    try:
+        fd = os.open(os.path.join(SHM_DIRECTORY, bare), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as failure:
+        raise ServerError(f"{error}: {failure.strerror})", Status.INTERNAL) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ServerError(f"{error}: not a shared memory object)", Status.INTERNAL)
+    return fd
+
+
+class SharedMemoryRegistry:
+    """The regions registered with this server, system and CUDA in one namespace, as in Triton.
+
+    Lives in the model owner; front-end processes reach it through the data plane.
+    """
+
+    def __init__(self) -> None:
+        self._regions: dict[str, Region] = {}
+
+    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self._check_new(name, SYSTEM)
+        self._regions[name] = SystemRegion(name, key, offset, byte_size)
+
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self._check_new(name, CUDA)
+        from .cuda_memory import CudaRegion  # imports no CUDA library until a region is registered
+        self._regions[name] = CudaRegion(name, raw_handle, device_id, byte_size)
+
+    def _check_new(self, name: str, kind: str) -> None:
+        if not name:
+            raise ServerError(f"'region name' is necessary to register {kind} shared memory region")
+        if name in self._regions:
+            raise ServerError(f"shared memory region '{name}' already in manager", Status.ALREADY_EXISTS)
+
+    def get(self, name: str) -> Region:
+        """The region a request names."""
+        region = self._regions.get(name)
+        if region is None:
+            raise not_found(f"Unable to find shared memory region: '{name}'")
+        return region
+
+    def status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
+        """Every region of ``kind`` (by name), or the one named."""
+        if not name:
+            return [self._regions[n].status() for n in sorted(self._regions) if self._regions[n].kind == kind]
+        region = self._regions.get(name)
+        if region is None:
+            raise not_found(f"Unable to find {kind} shared memory region: '{name}'")
+        if region.kind != kind:
+            raise not_found(f"The region named '{name}' is registered as {_KIND_TEXT[region.kind]} shared memory, "
+                            f"not {_KIND_TEXT[kind]} shared memory")
+        return [region.status()]
+
+    async def unregister(self, kind: str, name: str = "") -> None:
+        """Unregister the named region of ``kind`` (none: every one); an unknown name is no error, as in
+        Triton. Returns once no request uses the regions any more and they are unmapped."""
+        names = [n for n, r in self._regions.items() if r.kind == kind and (not name or n == name)]
+        waits = [wait for wait in (self._regions.pop(n).retire() for n in names) if wait is not None]
+        if waits:
+            await asyncio.gather(*waits)
+
+    def close(self) -> None:
+        """Unmap every region (at shutdown, once no request runs)."""
+        regions = list(self._regions.values())
+        self._regions.clear()
+        for region in regions:
+            region.close()
