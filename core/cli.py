@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     group = groups.__getitem__
 
     server = group("Server").add_argument
-    server("--id", default="", help="accepted; the server metadata keeps the name 'triton' that clients expect")
+    server("--id", default="triton", help="the server's name in its metadata (default triton)")
     server("--exit-timeout-secs", type=int, default=30,
            help="seconds a graceful stop waits for in-flight requests (default 30)")
     group("Logging").add_argument("--log-verbose", type=int, default=0, help="debug logging when > 0")
@@ -236,7 +236,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_control_mode=args.model_control_mode, load_models=args.load_models,
         model_config_name=args.model_config_name, http_max_input_size=args.http_max_input_size,
         backend_config=backend_config, cache_config=cache_config, blocked_plugins=blocked,
-        exit_timeout_secs=args.exit_timeout_secs, reuse_http_port=args.reuse_http_port,
+        server_id=args.id, exit_timeout_secs=args.exit_timeout_secs, reuse_http_port=args.reuse_http_port,
         reuse_grpc_port=args.reuse_grpc_port,
         rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
 

@@ -18,7 +18,6 @@ from .repository import ModelRepository, ModelVersion
 from .shared_memory import SharedMemoryRegistry
 from .shared_memory_tensors import SharedMemoryLease, detached
 
-SERVER_NAME = "triton"
 
 
 class DataPlane:
@@ -33,8 +32,9 @@ class DataPlane:
 
     def __init__(self, repository: ModelRepository, *, strict_readiness: bool = True,
                  extensions: list[str] | None = None, cache: ResponseCache | None = None,
-                 control_mode: str = "none") -> None:
+                 control_mode: str = "none", server_id: str = "triton") -> None:
         self.repository = repository
+        self.server_id = server_id  # the metadata's "name" (tritonserver --id)
         self.control_mode = control_mode
         self.strict_readiness = strict_readiness
         self.extensions = extensions if extensions is not None else []
@@ -54,7 +54,7 @@ class DataPlane:
         return self.repository.is_ready() if self.strict_readiness else True
 
     async def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(self.extensions)}
+        return {"name": self.server_id, "version": __version__, "extensions": list(self.extensions)}
 
     async def model_ready(self, name: str, version: int | None = None) -> bool:
         try:

@@ -61,6 +61,7 @@ class ServerOptions:
     rate_limit: str = "off"  # or "execution_count"
     rate_limit_resources: dict[tuple[str, int | None], int] = field(default_factory=dict)
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
+    server_id: str = "triton"  # --id: the server metadata's name
     exit_timeout_secs: int = 30  # how long a graceful stop waits for in-flight requests
     reuse_http_port: bool = False
     reuse_grpc_port: bool = False
@@ -92,7 +93,7 @@ class Server:
                                         if self.plugins.schedulers.get(kind) is not None]
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
                                    extensions=extensions, cache=self._make_cache(),
-                                   control_mode=options.model_control_mode)
+                                   control_mode=options.model_control_mode, server_id=options.server_id)
         self.dataplane.accepting = False  # not ready until every front-end serves
         self.frontends: Frontends | FrontendPool | None = None
         self._stopping = asyncio.Event()

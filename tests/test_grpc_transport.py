@@ -210,6 +210,19 @@ def test_health_check_follows_readiness(add_model, toy_server, health_check) -> 
     assert health_check(toy_server().grpc_url) == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+def test_health_watch_streams_each_change(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("identity", IDENTITY)
+    server = toy_server(model_control_mode="explicit", load_models=["identity"])
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        updates = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+        assert next(updates).status == health_pb2.HealthCheckResponse.SERVING
+        add_model("broken", IDENTITY + 'parameters { key: "fail_load" value { string_value: "1" } }\n')
+        with pytest.raises(Exception):
+            server.call(lambda: server.server.dataplane.load_model("broken", {}))
+        assert next(updates).status == health_pb2.HealthCheckResponse.NOT_SERVING  # a wanted model failed
+        updates.cancel()
+
+
 def test_cli_grpc_flags() -> None:
     args = build_parser().parse_args([
         "--grpc-use-ssl-mutual=true", "--grpc-server-cert=s.crt", "--grpc-server-key=s.key",

@@ -53,6 +53,7 @@ def test_a_triton_command_line_parses_and_names_each_ignored_flag(caplog: pytest
     args = build_parser().parse_args(TRITON_COMMAND_LINE)
     options = options_from_args(args)
     assert options.model_repositories == ["/models"] and options.exit_timeout_secs == 5
+    assert options.server_id == "inference-1"
     assert options.model_control_mode == "explicit" and options.load_models == ["*"]
     assert options.cache_config == ("local", {"size": "1048576"})
     assert options.backend_config == {"python": {"shm-default-byte-size": "1048576"},
@@ -110,3 +111,12 @@ def test_exit_timeout_bounds_the_drain(add_model, toy_server) -> None:  # type: 
     server.stop()  # returns because the drain gives up after 1 s (and the unload after 1 s)
     caller.join(60)
     assert not caller.is_alive() and len(outcome) == 1 and isinstance(outcome[0], Exception)
+
+
+def test_id_names_the_server_in_its_metadata(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    import tritonclient.grpc as grpcclient
+
+    server = toy_server(server_id="inference-1")
+    assert httpclient.InferenceServerClient(server.http_url).get_server_metadata()["name"] == "inference-1"
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        assert client.get_server_metadata().name == "inference-1"
