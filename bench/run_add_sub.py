@@ -152,13 +152,13 @@ def parse_csv(path: Path) -> tuple[float, int, int]:
 
 
 def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: argparse.Namespace,
-            csv_path: Path) -> Result:
-    """One perf_analyzer run, repeated up to ``--attempts`` times while it reports an unstable measurement."""
+            csv_path: Path, extra: tuple[str, ...] = ()) -> Result:
+    """One perf_analyzer run (``extra``: more of its flags), repeated up to ``--attempts`` times while unstable."""
     port = ports.grpc if protocol == "grpc" else ports.http
     command = [str(PERF_ANALYZER), "-v", "-m", args.model, "-u", f"{LOOPBACK}:{port}", *PROTOCOLS[protocol],
                "--concurrency-range", f"{concurrency}:{concurrency}",
                "--measurement-interval", str(args.measurement_interval), "--max-trials", str(args.max_trials),
-               "--stability-percentage", str(args.stability_percentage), "-f", str(csv_path)]
+               "--stability-percentage", str(args.stability_percentage), "-f", str(csv_path), *extra]
     timeout = 2 * args.max_trials * args.measurement_interval / 1000 + 30
     result = Result(server, args.variant, protocol, concurrency, "error")
     for _ in range(args.attempts):
