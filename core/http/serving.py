@@ -51,7 +51,7 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event,
         def capture_signals(self) -> Iterator[None]:  # the server's own signal handlers stay in charge
             yield
 
-    config = uvicorn.Config(app, http="httptools", ws="none", lifespan="off", loop="none", access_log=False,
+    config = uvicorn.Config(app, http=_one_write_per_response(), ws="none", lifespan="off", loop="none", access_log=False,
                             log_config=None, timeout_keep_alive=int(KEEP_ALIVE_S),
                             timeout_graceful_shutdown=max(int(graceful_timeout), 1), server_header=False)
     server = Server(config)
@@ -65,6 +65,46 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event,
         await server.serve(sockets=[sock])
     finally:
         watcher.cancel()
+
+
+def _one_write_per_response() -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol on a transport that sends the response head and body, which
+    uvicorn writes separately, in one system call."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class OneWritePerResponse(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(_CoalescingTransport(transport))  # type: ignore[arg-type]
+
+    return OneWritePerResponse
+
+
+class _CoalescingTransport:
+    """Wraps a transport: what is written during one event-loop turn leaves in one write at its end."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float) -> None:
