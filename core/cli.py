@@ -12,6 +12,7 @@ from .errors import ServerError
 from .frontend_pool import default_process_count
 from .frontends import run_on_fast_loop
 from .http.serving import HTTP_SERVERS
+from .metrics import MetricsConfig, parse_metrics_config
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
@@ -92,10 +93,6 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Vertex", "--vertex-ai-port", "<integer>", "there is no Vertex AI endpoint"),
     ("Vertex", "--vertex-ai-thread-count", "<integer>", "there is no Vertex AI endpoint"),
     ("Vertex", "--vertex-ai-default-model", "<string>", "there is no Vertex AI endpoint"),
-    ("Metrics", "--allow-gpu-metrics", "<boolean>", "metrics are not implemented yet"),
-    ("Metrics", "--allow-cpu-metrics", "<boolean>", "metrics are not implemented yet"),
-    ("Metrics", "--metrics-interval-ms", "<float>", "metrics are not implemented yet"),
-    ("Metrics", "--metrics-config", "<string>=<string>", "metrics are not implemented yet"),
     ("Tracing", "--trace-config", "<string>,<string>=<string>", "tracing is not implemented yet"),
     ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
     ("Repository Agent", "--repoagent-directory", "<string>", "repository agents are not supported"),
@@ -154,6 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
             add(f"--reuse-{proto}-port", type=_bool, nargs="?", const=True, default=False,
                 help="let other processes bind the same port (SO_REUSEPORT)")
     _add_grpc_flags(group("GRPC"))
+    metrics = group("Metrics").add_argument
+    metrics("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True,
+            help="GPU metrics through nvidia-ml-py, where it is installed and a GPU is present (default true)")
+    metrics("--allow-cpu-metrics", type=_bool, nargs="?", const=True, default=True,
+            help="nv_cpu_* metrics from /proc (default true)")
+    metrics("--metrics-interval-ms", type=float, default=2000.0,
+            help="how often CPU and GPU metrics are polled, in milliseconds (default 2000)")
+    metrics("--metrics-config", action="append", default=[], metavar="<string>=<string>",
+            help="counter_latencies, summary_latencies, summary_quantiles=<q>:<error>,..., histogram_latencies, "
+                 "histogram_buckets=<us>,... (repeatable; see docs/metrics.md)")
     group("Backend").add_argument(
         "--backend-config", action="append", default=[], type=_backend_config,
         help="<backend>,<setting>=<value> for one backend, or <setting>=<value> for every backend (repeatable)")
@@ -230,6 +237,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
         grpc_options=_grpc_options(args),
         metrics_address=args.metrics_address, metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,
+        allow_cpu_metrics=args.allow_cpu_metrics, allow_gpu_metrics=args.allow_gpu_metrics,
+        metrics_interval_ms=_metrics_interval(args.metrics_interval_ms),
+        metrics_config=_metrics_config(args.metrics_config),
         exit_on_error=args.exit_on_error, strict_readiness=args.strict_readiness,
         strict_model_config=args.strict_model_config,
         disable_auto_complete_config=args.disable_auto_complete_config or args.strict_model_config,
@@ -239,6 +249,19 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         server_id=args.id, exit_timeout_secs=args.exit_timeout_secs, reuse_http_port=args.reuse_http_port,
         reuse_grpc_port=args.reuse_grpc_port,
         rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
+
+
+def _metrics_interval(value: float) -> float:
+    if not value > 0:
+        raise ServerError(f"--metrics-interval-ms must be positive, got {value:g}")
+    return value
+
+
+def _metrics_config(items: list[str]) -> MetricsConfig:
+    config = parse_metrics_config(items)
+    for setting in config.unknown:
+        logging.getLogger("triton_serve").warning("--metrics-config: unknown setting '%s' is ignored", setting)
+    return config
 
 
 def list_plugins(argv: list[str]) -> int:

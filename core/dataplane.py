@@ -113,7 +113,7 @@ class DataPlane:
             if key is not None:
                 started = time.monotonic_ns()
                 cached = self.cache.lookup(key)  # type: ignore[union-attr]
-                (stats.cache_hit if cached is not None else stats.cache_miss).add(time.monotonic_ns() - started)
+                stats.record_cache(cached is not None, time.monotonic_ns() - started)
                 if cached is not None:
                     if lease is not None:
                         cached = lease.write_outputs(cached)
@@ -126,8 +126,9 @@ class DataPlane:
             request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key, lease))
             request.enqueued_ns = time.monotonic_ns()
             found.scheduler.enqueue(request)
-        except ServerError:
-            stats.record_end(request.arrival_ns, False)
+            stats.enqueued += 1
+        except ServerError as error:
+            stats.record_end(request.arrival_ns, False, failure_reason(error.status, in_backend=False))
             if lease is not None:
                 lease.release()
             raise
@@ -211,6 +212,16 @@ class DataPlane:
         await self.repository.unload(name)
 
 
+def failure_reason(status: Status, *, in_backend: bool) -> str:
+    """Triton's ``reason`` label for a failed request: REJECTED (queue full, queue timeout),
+    CANCELED, BACKEND (the model's execution failed) or OTHER (e.g. invalid input)."""
+    if status is Status.CANCELLED:
+        return "CANCELED"
+    if status is Status.UNAVAILABLE:
+        return "REJECTED"
+    return "BACKEND" if in_backend else "OTHER"
+
+
 async def serve_one(api: Any, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
     """Submit a request that expects exactly one response (HTTP /infer, gRPC ModelInfer) through
     ``api`` (a DataPlane or a RemoteDataPlane); an error response is raised as ServerError."""
@@ -225,7 +236,7 @@ class _ResponseFinisher:
     """Between a backend's ``send`` and the consumer: shape outputs, fill the cache, write outputs into
     shared memory, record statistics; the final response releases the request's regions."""
 
-    __slots__ = ("found", "cache", "key", "lease", "ok")
+    __slots__ = ("found", "cache", "key", "lease", "ok", "reason", "first")
 
     def __init__(self, found: ModelVersion, cache: ResponseCache | None, key: str | None,
                  lease: SharedMemoryLease | None) -> None:
@@ -234,6 +245,10 @@ class _ResponseFinisher:
         self.key = key
         self.lease = lease
         self.ok = True
+        self.reason = "OTHER"  # why it failed, once ok is False
+        # A decoupled model's time to first response goes to a histogram when histograms are on.
+        latency = found.stats.latency
+        self.first = found.route.decoupled and latency is not None and latency.histograms is not None
 
     def __call__(self, request: InferenceRequest, response: InferenceResponse | None,
                  final: bool) -> InferenceResponse | None:
@@ -249,10 +264,15 @@ class _ResponseFinisher:
                 self.cache.insert(self.key, cached)  # type: ignore[arg-type]
             if response.error is None and lease is not None:
                 response = lease.write_outputs(response)
-            if response.error is not None:
+            if response.error is not None and self.ok:
                 self.ok = False
+                self.reason = failure_reason(response.error.status, in_backend=True)
+            if self.first:
+                self.first = False
+                self.found.stats.latency.observe(  # type: ignore[union-attr]
+                    "first_response", time.monotonic_ns() - request.arrival_ns)
         if final:
-            self.found.stats.record_end(request.arrival_ns, self.ok)
+            self.found.stats.record_end(request.arrival_ns, self.ok, self.reason)
             if self.lease is not None:
                 self.lease.release()
         return response

@@ -5,6 +5,7 @@ import asyncio
 import enum
 import functools
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from .registry import install_hint
 from .route import ModelRoute
 from .scheduling import InstancePool, Scheduler
 from .sources import RepositorySource
-from .statistics import ModelStats
+from .statistics import LatencySettings, ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class RepositoryOptions:
     model_config_name: str = ""
     drain_timeout_s: float = 30.0  # how long unload waits for in-flight requests before unloading anyway
     rate_limiter: RateLimiter | None = None  # shared by every model; None: no rate limiting
+    latency: LatencySettings | None = None  # per-request latency distributions (--metrics-config); None: none
 
 
 def version_dirs(model_dir: Path) -> list[int]:
@@ -224,7 +226,7 @@ class ModelRepository:
             for number in versions:
                 spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
                                  backend.default_model_filename)
-                model.versions[number] = ModelVersion(spec)
+                model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
             if previous is None:
                 self.models[name] = model
             await asyncio.gather(*(self._load_version(backend, v) for v in model.versions.values()))
@@ -303,6 +305,7 @@ class ModelRepository:
 
     async def _load_version(self, backend: Backend, version: ModelVersion) -> None:
         spec = version.spec
+        started = time.monotonic()
         try:
             version.labels = _read_labels(spec)
             specs = instance_specs(spec.name, spec.config)
@@ -322,6 +325,7 @@ class ModelRepository:
             await _unload_instances(version.instances)
             version.instances.clear()
             return
+        version.stats.load_seconds = time.monotonic() - started
         version.state, version.reason = VersionState.READY, ""
         log.info("loaded '%s' version %d (%d instance(s))", spec.name, spec.version, len(version.instances))
 

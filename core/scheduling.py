@@ -91,6 +91,7 @@ class InstancePool:
         response. Requests cancelled while queued are answered CANCELLED and not executed.
         ``runner``, when given, wraps ``instance`` (e.g. to add state) and is called instead."""
         now = time.monotonic_ns()
+        self.stats.dequeued += len(requests)
         live = []
         for request in requests:
             if request.cancelled.is_set():

@@ -13,6 +13,8 @@ from .frontend_pool import FrontendPool
 from .frontends import FrontendOptions, Frontends
 from .grpc_frontend.server import GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE
+from .metrics import MetricsConfig
+from .metrics_endpoint import MetricsEndpoint
 from .pluginhost import PluginHost
 from .ratelimit import RateLimiter
 from .repository import ModelRepository, RepositoryOptions
@@ -47,6 +49,10 @@ class ServerOptions:
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
     allow_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True  # only where nvidia-ml-py imports and a GPU is present
+    metrics_interval_ms: float = 2000.0  # how often CPU and GPU metrics are polled
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
     exit_on_error: bool = False
     strict_readiness: bool = True
     strict_model_config: bool = False
@@ -88,7 +94,8 @@ class Server:
             strict_model_config=options.strict_model_config,
             disable_auto_complete_config=options.disable_auto_complete_config,
             model_config_name=options.model_config_name, drain_timeout_s=options.exit_timeout_secs,
-            rate_limiter=RateLimiter(options.rate_limit == "execution_count", options.rate_limit_resources)))
+            rate_limiter=RateLimiter(options.rate_limit == "execution_count", options.rate_limit_resources),
+            latency=options.metrics_config.latency_settings() if options.allow_metrics else None))
         extensions = CORE_EXTENSIONS + [extension for kind, extension in SCHEDULER_EXTENSIONS.items()
                                         if self.plugins.schedulers.get(kind) is not None]
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
@@ -96,6 +103,12 @@ class Server:
                                    control_mode=options.model_control_mode, server_id=options.server_id)
         self.dataplane.accepting = False  # not ready until every front-end serves
         self.frontends: Frontends | FrontendPool | None = None
+        self.metrics: MetricsEndpoint | None = None
+        if options.allow_metrics:
+            self.metrics = MetricsEndpoint(
+                self.repository, options.metrics_config, address=options.metrics_address, port=options.metrics_port,
+                cache_enabled=self.dataplane.cache is not None, cpu=options.allow_cpu_metrics,
+                gpu=options.allow_gpu_metrics, interval_ms=options.metrics_interval_ms)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
 
@@ -114,6 +127,13 @@ class Server:
         in ``frontend_processes`` processes of their own)."""
         await self._load_initial_models()
         options = self.options
+        if self.metrics is not None:
+            try:
+                await self.metrics.start()
+            except BaseException:
+                self.metrics = None
+                await self.repository.shutdown()
+                raise
         if not (options.allow_http or options.allow_grpc):
             self.dataplane.accepting = True
             return
@@ -125,6 +145,9 @@ class Server:
             await self.frontends.start()
         except BaseException:
             self.frontends = None
+            if self.metrics is not None:
+                await self.metrics.stop()
+                self.metrics = None
             await self.repository.shutdown()
             raise
         self.dataplane.accepting = not self._stopping.is_set()
@@ -159,6 +182,8 @@ class Server:
         self.request_stop()
         if self.frontends is not None:
             await self.frontends.wait_stopped()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.repository.shutdown()
         self.dataplane.shared_memory.close()
         self.dataplane.is_live = False

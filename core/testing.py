@@ -31,11 +31,19 @@ from .protos.model_config_pb2 import ModelConfig
 from .registry import BackendRegistry
 from .server import Server, ServerOptions
 
+_PORTS_GIVEN: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on now, and never one this process was given before: servers
+    bind their ports only later, so two calls in a row must not hand out the same port."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _PORTS_GIVEN:
+            _PORTS_GIVEN.add(port)
+            return port
 
 
 # ---- toy backends ----------------------------------------------------------------------------
@@ -247,6 +255,11 @@ class RunningServer:
     @property
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.options.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint, ``http://127.0.0.1:<metrics port>/metrics``."""
+        return f"http://127.0.0.1:{self.options.metrics_port}/metrics"
 
     def stop(self) -> None:
         """Stop the server and its loop; calling it again does nothing."""
