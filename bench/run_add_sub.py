@@ -263,6 +263,29 @@ def markdown(results: list[Result], servers: list[str], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, *, interval_ms: int = 3000, max_trials: int = 8,
+                      stability: int = 10, attempts: int = 2) -> None:
+    """The perf_analyzer and server flags every bench script shares (``check_run_arguments`` checks them)."""
+    parser.add_argument("--measurement-interval", type=int, default=interval_ms, help="ms per measurement window")
+    parser.add_argument("--max-trials", type=int, default=max_trials)
+    parser.add_argument("--stability-percentage", type=int, default=stability)
+    parser.add_argument("--attempts", type=int, default=attempts, help="perf_analyzer runs per config while unstable")
+    parser.add_argument("--start-timeout", type=float, default=120, help="seconds for a server to get ready")
+    parser.add_argument("--ours-flags", default="",
+                        help="extra triton-serve flags, e.g. '--frontend-processes=1 --http-server=hypercorn'")
+    parser.add_argument("--with-triton", action="store_true",
+                        help="also run the real Triton 2.51 (scripts/install.sh --with-triton), after ours")
+
+
+def check_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.attempts < 1:
+        parser.error("--attempts must be at least 1")
+    if subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True).returncode != 0:
+        parser.error(f"{PERF_ANALYZER} does not run; run scripts/install.sh first")
+    if args.with_triton and not (TRITON_HOME / "bin" / "tritonserver").exists():
+        parser.error("no tritonserver/ in the repository; run scripts/install.sh --with-triton first")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
@@ -273,25 +296,12 @@ def parse_args() -> argparse.Namespace:
                         help="plain: the model as configured; batched: a copy with dynamic_batching added")
     parser.add_argument("--max-queue-delay-us", type=int, default=0,
                         help="max_queue_delay_microseconds of the batched variant")
-    parser.add_argument("--measurement-interval", type=int, default=3000, help="ms per measurement window")
-    parser.add_argument("--max-trials", type=int, default=8)
-    parser.add_argument("--stability-percentage", type=int, default=10)
-    parser.add_argument("--attempts", type=int, default=2, help="perf_analyzer runs per config while unstable")
-    parser.add_argument("--start-timeout", type=float, default=120, help="seconds for a server to get ready")
-    parser.add_argument("--ours-flags", default="",
-                        help="extra triton-serve flags, e.g. '--frontend-processes=1 --http-server=hypercorn'")
-    parser.add_argument("--with-triton", action="store_true",
-                        help="also run the real Triton 2.51 (scripts/install.sh --with-triton), after ours")
+    add_run_arguments(parser)
     args = parser.parse_args()
-    if args.attempts < 1:
-        parser.error("--attempts must be at least 1")
+    check_run_arguments(parser, args)
     args.model_repository = args.model_repository.resolve()
     if not (args.model_repository / args.model).is_dir():
         parser.error(f"no model '{args.model}' in {args.model_repository}")
-    if subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True).returncode != 0:
-        parser.error(f"{PERF_ANALYZER} does not run; run scripts/install.sh first")
-    if args.with_triton and not (TRITON_HOME / "bin" / "tritonserver").exists():
-        parser.error("no tritonserver/ in the repository; run scripts/install.sh --with-triton first")
     return args
 
 

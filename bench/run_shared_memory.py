@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -15,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_add_sub import (  # noqa: E402
-    LOOPBACK, OURS_FLAGS, PERF_ANALYZER, REPO, RESULTS, SERVERS, TRITON_HOME, Result, ServerFailed, fmt_rate,
-    fmt_ratio, free_ports, measure, running, server_flags,
+    LOOPBACK, OURS_FLAGS, REPO, RESULTS, SERVERS, Result, ServerFailed,
+    add_run_arguments, check_run_arguments, fmt_rate, fmt_ratio, free_ports, measure, running, server_flags,
 )
 
 IDENTITY = "identity_4mb"
@@ -126,21 +125,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--protocols", nargs="+", choices=SHM_PROTOCOLS, default=SHM_PROTOCOLS)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--measurement-interval", type=int, default=2000, help="ms per measurement window")
-    parser.add_argument("--max-trials", type=int, default=4)
-    parser.add_argument("--stability-percentage", type=int, default=20)
-    parser.add_argument("--attempts", type=int, default=1, help="perf_analyzer runs per config while unstable")
-    parser.add_argument("--start-timeout", type=float, default=120, help="seconds for a server to get ready")
-    parser.add_argument("--ours-flags", default="", help="extra triton-serve flags")
-    parser.add_argument("--with-triton", action="store_true",
-                        help="also run the real Triton 2.51 (scripts/install.sh --with-triton), after ours")
+    add_run_arguments(parser, interval_ms=2000, max_trials=4, stability=20, attempts=1)
     args = parser.parse_args()
-    if args.attempts < 1:
-        parser.error("--attempts must be at least 1")
-    if subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True).returncode != 0:
-        parser.error(f"{PERF_ANALYZER} does not run; run scripts/install.sh first")
-    if args.with_triton and not (TRITON_HOME / "bin" / "tritonserver").exists():
-        parser.error("no tritonserver/ in the repository; run scripts/install.sh --with-triton first")
+    check_run_arguments(parser, args)
     return args
 
 
