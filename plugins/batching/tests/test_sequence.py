@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -143,14 +144,15 @@ def write_model(repo: Path, text: str, files: dict[str, bytes] | None = None) ->
 
 @pytest.fixture
 def serve(tserve: Callable[..., RunningServer], tmp_path: Path) -> Callable[..., RunningServer]:
-    """``serve(*config_texts, files={model: {relative path: bytes}})``: serve these toy models."""
-    def start(*configs: str, files: dict[str, dict[str, bytes]] | None = None) -> RunningServer:
+    """``serve(*config_texts, files={model: {relative path: bytes}}, **server options)``: serve these toy
+    models."""
+    def start(*configs: str, files: dict[str, dict[str, bytes]] | None = None, **options: Any) -> RunningServer:
         repo = tmp_path / "models"
         repo.mkdir()
         for text in configs:
             name = text_format.Parse(text, ModelConfig()).name
             write_model(repo, text, (files or {}).get(name))
-        return tserve(repo, extra_plugins=[("sequence_toy", SequenceTestPlugin())])
+        return tserve(repo, extra_plugins=[("sequence_toy", SequenceTestPlugin())], **options)
     return start
 
 
@@ -444,6 +446,14 @@ def test_implicit_state_carries_across_requests_and_stays_hidden(serve, module) 
     assert value(visible, "STATE_OUT") == 3
     assert infer(server, "state_visible", 4, 9, module=module, outputs=["OUTPUT"]).as_numpy("STATE_OUT") is None
     assert value(infer(server, "state_visible", 1, 9, end=True, module=module)) == 8
+
+
+def test_a_sequence_spread_over_front_end_processes_keeps_one_state(serve) -> None:  # type: ignore[no-untyped-def]
+    server = serve(model_config("spread", state()), frontend_processes=2)
+    totals = [value(infer(server, "spread", step, 77, start=step == 1, end=step == 20)) for step in range(1, 21)]
+    assert totals == list(itertools.accumulate(range(1, 21)))  # one state, whichever process each request reached
+    served = [process.endpoint.served for process in server.server.frontends.processes]
+    assert all(count > 0 for count in served), served  # each request had its own connection
 
 
 def test_grpc_stream_carries_interleaved_sequences(serve) -> None:
