@@ -20,20 +20,8 @@ from triton_serve.metrics import DEFAULT_BUCKETS_US, parse_metrics_config
 from triton_serve.system_metrics import _GPU
 
 from .conftest import ADD_SUB, FRONTEND_MODES
+from .test_grpc import FAILING, REPEAT
 
-FAILING = """
-backend: "toy_error"
-max_batch_size: 0
-input { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }
-output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }
-"""
-REPEAT = """
-backend: "toy_repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-"""
 COUNTER = """
 backend: "toy_count"
 max_batch_size: 0
