@@ -286,6 +286,14 @@ def check_run_arguments(parser: argparse.ArgumentParser, args: argparse.Namespac
         parser.error("no tritonserver/ in the repository; run scripts/install.sh --with-triton first")
 
 
+def start_run(args: argparse.Namespace) -> list[str]:
+    """Apply the shared flags before a run; the servers it measures, in order."""
+    OURS_FLAGS.extend(args.ours_flags.split())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    return ["ours", "triton"] if args.with_triton else ["ours"]
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
@@ -307,10 +315,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    OURS_FLAGS.extend(args.ours_flags.split())
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
-    servers = ["ours", "triton"] if args.with_triton else ["ours"]
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    servers = start_run(args)
     started = datetime.now()
     stem = f"{args.model}-{started:%Y%m%d-%H%M%S}"
     results = []

@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
@@ -14,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_add_sub import (  # noqa: E402
-    LOOPBACK, OURS_FLAGS, REPO, RESULTS, SERVERS, Result, ServerFailed,
-    add_run_arguments, check_run_arguments, fmt_rate, fmt_ratio, free_ports, measure, running, server_flags,
+    LOOPBACK, REPO, RESULTS, SERVERS, Result, ServerFailed,
+    add_run_arguments, check_run_arguments, fmt_rate, fmt_ratio, free_ports, measure, running, server_flags, start_run,
 )
 
 IDENTITY = "identity_4mb"
@@ -133,10 +132,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    OURS_FLAGS.extend(args.ours_flags.split())
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
-    servers = ["ours", "triton"] if args.with_triton else ["ours"]
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    servers = start_run(args)
     started = datetime.now()
     stem = f"shared_memory-{started:%Y%m%d-%H%M%S}"
     rows: list[Row] = []
