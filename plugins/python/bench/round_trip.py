@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from triton_serve.inference import InferenceRequest, Tensor
+from triton_serve.plugin import InferenceRequest, Tensor
 from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.process import WorkerProcess
 

@@ -8,8 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from triton_serve.errors import Status
-from triton_serve.inference import InferenceRequest, RequestedOutput, Tensor
+from triton_serve.plugin import InferenceRequest, RequestedOutput, Status, Tensor
 from triton_serve_python.arena import TensorLayout, read_tensor
 from triton_serve_python.protocol import BlockingChannel, FrameDecoder, Kind, encode
 from triton_serve_python.transfer import describe_requests, read_responses
