@@ -187,7 +187,7 @@ class DataPlane:
     # ---- repository -------------------------------------------------------------------------
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return self.repository.index(ready_only)
+        return await self.repository.index(ready_only)
 
     def _check_explicit(self) -> None:
         if self.control_mode != "explicit":

@@ -98,12 +98,6 @@ class RepositoryOptions:
     latency: LatencySettings | None = None  # per-request latency distributions (--metrics-config); None: none
 
 
-def version_dirs(model_dir: Path) -> list[int]:
-    """Numeric version folders; names with a leading zero or non-digits are ignored, as in Triton."""
-    return sorted(int(p.name) for p in model_dir.iterdir()
-                  if p.is_dir() and p.name.isdigit() and not p.name.startswith("0"))
-
-
 def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
     """The versions ``config.version_policy`` asks for, out of ``available`` (sorted ascending)."""
     policy = config.version_policy
@@ -133,16 +127,15 @@ class ModelRepository:
 
     # ---- discovery ------------------------------------------------------------------------
 
-    def model_names(self) -> list[str]:
+    async def model_names(self) -> list[str]:
         """Every model directory across all repositories."""
-        names: set[str] = set()
-        for source in self.sources:
-            names.update(source.list_models())
-        return sorted(names)
+        listed = await asyncio.gather(*(source.list_models() for source in self.sources))
+        return sorted({name for names in listed for name in names})
 
-    def _locate(self, name: str) -> list[RepositorySource]:
+    async def _locate(self, name: str) -> list[RepositorySource]:
         """The sources holding ``name``; an unknown model is an error."""
-        found = [source for source in self.sources if _holds(source, name)]
+        held = await asyncio.gather(*(source.exists(name) for source in self.sources))
+        found = [source for source, holds in zip(self.sources, held) if holds]
         if not found:
             raise ServerError(f"failed to load '{name}', failed to poll from model repository")
         return found
@@ -177,10 +170,10 @@ class ModelRepository:
         """Every model that should be loaded is ready (Triton's strict readiness)."""
         return all(model.is_ready() for model in self.models.values() if model.wanted)
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+    async def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """Triton's repository index: one entry per model version, plus models never loaded."""
         entries: list[dict[str, str]] = []
-        for name in self.model_names():
+        for name in await self.model_names():
             model = self.models.get(name)
             if model is None:
                 if not ready_only:
@@ -206,16 +199,16 @@ class ModelRepository:
         """Load (or reload) every version the policy selects. Returns the model record, whose
         ``error`` or per-version reasons say what failed; raises only for an unknown model."""
         async with self._lock(name):
-            sources = self._locate(name)
+            sources = await self._locate(name)
             previous = self.models.get(name)
             model = Model(name)
-            model_dir = sources[0].model_dir(name)
             try:
                 if len(sources) > 1:
                     raise ServerError(f"failed to load '{name}': it appears in more than one model repository ("
                                       + ", ".join(s.location for s in sources) + ")")
-                # file reads and auto-complete may block: keep them off the event loop
-                config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir)
+                model_dir, config, available = await self._fetch(sources[0], name)
+                # auto-complete may block: keep it off the event loop
+                config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir, config, available)
             except ServerError as error:
                 model.error = error.message
                 log.error("failed to load model '%s': %s", name, error.message)
@@ -235,10 +228,21 @@ class ModelRepository:
                 await self._unload_versions(previous)
             return model
 
-    def _prepare(self, name: str, model_dir: Path) -> tuple[ModelConfig, Backend, list[int]]:
-        """Read, auto-complete, default and validate the config; choose the backend and versions."""
-        config = read_config(model_dir, name, self.options.model_config_name)
-        available = version_dirs(model_dir)
+    async def _fetch(self, source: RepositorySource, name: str) -> tuple[Path, ModelConfig, list[int]]:
+        """The model's local directory holding the versions its policy selects, its config as written,
+        and every version the source has."""
+        try:
+            model_dir = await source.model_dir(name, versions=())
+            config = await asyncio.to_thread(read_config, model_dir, name, self.options.model_config_name)
+            available = await source.versions(name)
+            model_dir = await source.model_dir(name, versions=select_versions(config, available))
+        except OSError as error:
+            raise ServerError(f"failed to load '{name}': {error}") from None
+        return model_dir, config, available
+
+    def _prepare(self, name: str, model_dir: Path, config: ModelConfig,
+                 available: list[int]) -> tuple[ModelConfig, Backend, list[int]]:
+        """Auto-complete, default and validate the config; choose the backend and versions."""
         auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
         backends = self.plugins.backends
         if not config.backend and not config.platform and auto_complete:
@@ -334,7 +338,7 @@ class ModelRepository:
         async with self._lock(name):
             model = self.models.get(name)
             if model is None:
-                self._locate(name)  # an unknown model is an error; a known, unloaded one is a no-op
+                await self._locate(name)  # an unknown model is an error; a known, unloaded one is a no-op
                 self.models[name] = model = Model(name)
             model.wanted = False
             await self._unload_versions(model)
@@ -360,14 +364,6 @@ class ModelRepository:
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(self.unload(name) for name in list(self.models)))
-
-
-def _holds(source: RepositorySource, name: str) -> bool:
-    try:
-        source.model_dir(name)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:

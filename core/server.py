@@ -156,9 +156,9 @@ class Server:
         mode = self.options.model_control_mode
         if mode == "explicit":
             wanted = self.options.load_models
-            names = self.repository.model_names() if "*" in wanted else wanted
+            names = await self.repository.model_names() if "*" in wanted else wanted
         elif mode == "none":
-            names = self.repository.model_names()
+            names = await self.repository.model_names()
         else:
             raise ServerError(f"--model-control-mode={mode} is not supported; use none or explicit")
         models = await asyncio.gather(*(self.repository.load(name) for name in names))
