@@ -22,6 +22,7 @@ from .route import ModelRoute
 from .scheduling import InstancePool, Scheduler
 from .sources import RepositorySource
 from .statistics import LatencySettings, ModelStats
+from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +317,9 @@ class ModelRepository:
             for instance_spec in specs:
                 version.instances.append(backend.create_instance(spec, instance_spec))
             await asyncio.gather(*(instance.load() for instance in version.instances))
+            samples = warmup_samples(spec)
+            if samples:
+                await asyncio.gather(*(warm_up(spec, instance, samples) for instance in version.instances))
             kind = spec.config.WhichOneof("scheduling_choice") or "default"
             factory = self.plugins.schedulers.get(kind)
             assert factory is not None
