@@ -47,8 +47,8 @@ def apply_defaults(config: ModelConfig, name: str, auto_kind: int = ModelInstanc
     if not config.name:
         config.name = name
     elif config.name != name:
-        raise ServerError(f"invalid model config for '{name}': name: '{config.name}' does not match "
-                          f"the model directory '{name}'")
+        raise ServerError(f"unexpected directory name '{name}' for model '{config.name}', "
+                          "directory name must equal model name")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:
@@ -56,7 +56,7 @@ def apply_defaults(config: ModelConfig, name: str, auto_kind: int = ModelInstanc
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{name}_{index}"
-        if group.count == 0:
+        if group.count < 1:
             group.count = 1
         if group.kind == ModelInstanceGroup.KIND_AUTO:
             group.kind = ModelInstanceGroup.KIND_GPU if group.gpus else auto_kind

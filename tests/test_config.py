@@ -43,62 +43,168 @@ def test_defaults_follow_triton() -> None:
 
 
 def test_config_name_must_match_directory() -> None:
-    with pytest.raises(ServerError, match="name: 'other' does not match the model directory 'm'"):
+    with pytest.raises(ServerError, match="unexpected directory name 'm' for model 'other', directory name must "
+                                          "equal model name"):
         parsed('name: "other" backend: "x"')
 
 
+# Each row: a config snippet (backend "x" is added unless the row is about backend or platform)
+# and Triton 2.51's message for it (model_config_utils.cc), for a model named "my_model".
 INVALID = [
-    ("max_batch_size: -1", "max_batch_size: must be >= 0"),
-    ("max_batch_size: 0", "backend: must specify 'platform' or 'backend'"),
-    ('input { name: "A" data_type: TYPE_FP32 dims: [0] }', "input 'A'.dims: each dim must be positive or -1"),
-    ('input { name: "A" data_type: TYPE_FP32 }', "input 'A'.dims: must not be empty when max_batch_size is 0"),
-    ('input { name: "A" dims: [1] }', "input 'A'.data_type: must specify a data type"),
-    ('input { name: "A" data_type: TYPE_FP32 dims: [1] } input { name: "A" data_type: TYPE_FP32 dims: [1] }',
-     "input 'A': is declared more than once"),
-    ('input { data_type: TYPE_FP32 dims: [1] }', "input[0]: must specify 'name'"),
-    ('input { name: "A" data_type: TYPE_FP32 dims: [2, 3] reshape { shape: [5] } }',
-     "input 'A'.reshape: shape [5] does not hold the same elements as dims [2, 3]"),
-    ('input { name: "A" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [2, 3] }',
-     "input 'A'.format: an image format needs 3 dims"),
-    ('output { name: "B" data_type: TYPE_FP32 dims: [1] label_filename: "missing.txt" }',
-     "output 'B'.label_filename: file 'missing.txt' does not exist"),
-    ("instance_group { count: -2 }", "instance_group 'my_model_0'.count: must be >= 1, got -2"),
-    ("instance_group { kind: KIND_CPU gpus: [0] }", "instance_group 'my_model_0'.gpus: must be empty for kind KIND_CPU"),
-    ('instance_group { rate_limiter { resources { name: "R" count: 0 } } }',
-     "rate_limiter.resources 'R'.count: must be > 0"),
-    ("version_policy { latest { num_versions: 0 } }", "version_policy.latest.num_versions: must be >= 1"),
-    ("version_policy { specific { } }", "version_policy.specific.versions: must list at least one version"),
+    # ValidateModelConfig
+    ('platform: "unknown_platform"', "unexpected platform type 'unknown_platform' for my_model"),
+    ('platform: "ensemble" backend: "python"',
+     "Ensemble model 'my_model' must have platform type 'ensemble' and empty backend type"),
+    ('platform: "onnxruntime_onnx" backend: "pytorch"',
+     "unexpected 'platform' and 'backend' pair, got:onnxruntime_onnx, pytorch"),
+    ("max_batch_size: -1", "'max_batch_size' must be non-negative value for my_model"),
+    ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [0] }",
+     "dynamic batching preferred size must be positive for my_model"),
     ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }",
-     "dynamic_batching.preferred_batch_size: size 8 exceeds max_batch_size 4"),
+     "dynamic batching preferred size must be <= max batch size for my_model"),
     ("max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
-     "dynamic_batching.default_priority_level: must be in [1, 2], got 3"),
-    ("max_batch_size: 4 dynamic_batching { default_priority_level: 1 }",
-     "dynamic_batching.default_priority_level: must be 0 when priority_levels is not set"),
+     "default priority level must be in range [1, 2] for my_model"),
     ("max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 1 "
-     "priority_queue_policy { key: 5 value { } } }", "dynamic_batching.priority_queue_policy: level 5"),
+     "priority_queue_policy { key: 5 value { } } }",
+     "priority queue policy must have priority level in range [1, 2] for my_model"),
     ("max_batch_size: 4 dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }",
-     "dynamic_batching.preserve_ordering: requires a single priority level"),
-    ("max_batch_size: 4 dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: DELAY } }",
-     "dynamic_batching.preserve_ordering: cannot be combined with the DELAY timeout action"),
-    ('sequence_batching { control_input { name: "C" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 }'
-     " } }", "CONTROL_SEQUENCE_CORRID.data_type: must be one of TYPE_UINT64"),
-    ('sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_START } } }',
-     "CONTROL_SEQUENCE_START: must give exactly one of int32_false_true"),
+     "Only one priority level is allowed when 'preserve_ordering' is true for my_model"),
+    ("max_batch_size: 4 dynamic_batching { preserve_ordering: true default_queue_policy { timeout_action: DELAY "
+     "default_timeout_microseconds: 10 } }",
+     "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for my_model"),
     ("sequence_batching { } response_cache { enable: true }",
-     "response_cache: cannot be enabled for a model with sequence_batching"),
+     "Response Cache does not currently support model my_model with sequence batching scheduler. Please disable "
+     "the response cache."),
+    ('sequence_batching { control_input { control { kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } } }',
+     "sequence batching control tensor must have a name for my_model"),
+    ('sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_START '
+     'int32_false_true: [0, 1] } } control_input { name: "S" control { kind: CONTROL_SEQUENCE_END '
+     'int32_false_true: [0, 1] } } }',
+     "sequence batching control tensor 'S' is specified for multiple control kinds for my_model"),
+    ('sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_START '
+     'int32_false_true: [0, 1] } } control_input { name: "T" control { kind: CONTROL_SEQUENCE_START '
+     'int32_false_true: [0, 1] } } }',
+     "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors for my_model"),
+    ('sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_START } } }',
+     "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for "
+     "CONTROL_SEQUENCE_START for my_model"),
+    ('sequence_batching { control_input { name: "E" control { kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1] '
+     'fp32_false_true: [0, 1] } } }',
+     "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' "
+     "for CONTROL_SEQUENCE_END for my_model"),
+    ('sequence_batching { control_input { name: "R" control { kind: CONTROL_SEQUENCE_READY int32_false_true: [1] } } }',
+     "sequence batching control 'int32_false_true' must have exactly 2 entries for CONTROL_SEQUENCE_READY for "
+     "my_model"),
+    ('sequence_batching { control_input { name: "R" control { kind: CONTROL_SEQUENCE_READY fp32_false_true: [1] } } }',
+     "sequence batching control 'fp32_false_true' must have exactly 2 entries for CONTROL_SEQUENCE_READY for "
+     "my_model"),
+    ('sequence_batching { control_input { name: "R" control { kind: CONTROL_SEQUENCE_READY bool_false_true: [true] '
+     '} } }',
+     "sequence batching control 'bool_false_true' must have exactly 2 entries for CONTROL_SEQUENCE_READY for "
+     "my_model"),
+    ('sequence_batching { control_input { name: "C" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 '
+     'int32_false_true: [0, 1] } } }',
+     "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for "
+     "CONTROL_SEQUENCE_CORRID for my_model"),
+    ('sequence_batching { control_input { name: "C" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 }'
+     " } }", "unexpected data type for control CONTROL_SEQUENCE_CORRID for my_model. Allowed data types are "
+     "TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"),
+    ("max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [0] } }",
+     "sequence batching preferred batch size must be positive for my_model"),
+    ("max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [8] } }",
+     "sequence batching preferred batch size must be <= max batch size for my_model"),
+    ("sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
+     "sequence batching minimum slot utilization must be in range (0.0, 1.0] for my_model"),
+    ('platform: "ensemble"', "ensemble scheduling must be set for ensemble my_model whose platform is ensemble"),
     ("model_transaction_policy { decoupled: true } response_cache { enable: true }",
-     "response_cache: cannot be enabled for a decoupled model"),
+     "Response Cache does not currently support model my_model with 'decoupled' transaction policy. Please "
+     "disable the response cache."),
+    ("model_metrics { metric_control { } }", "metric control must specify 'metric_identifier'"),
+    ("model_metrics { metric_control { metric_identifier { } } }",
+     "metric identifier must specify non-empty 'family'"),
+    ('model_metrics { metric_control { metric_identifier { family: "f" } } }',
+     "metric control must specify 'histogram_options'"),
+    ('model_metrics { metric_control { metric_identifier { family: "f" } histogram_options { } } }',
+     "histogram options must specify non-empty 'buckets'"),
+    # ValidateInstanceGroup
+    ("instance_group { kind: KIND_CPU gpus: [0] }",
+     "instance group my_model_0 of model my_model has kind KIND_CPU but specifies one or more GPUs"),
+    ("instance_group { kind: KIND_MODEL gpus: [0] }",
+     "instance group my_model_0 of model my_model has kind KIND_MODEL but specifies one or more GPUs"),
+    ('instance_group { kind: KIND_CPU profile: ["0"] }',
+     "instance group my_model_0 of model my_model and platform specifies profile field which is only supported "
+     "for TensorRT models"),
+    # ValidateModelIOConfig
+    ('input { data_type: TYPE_FP32 dims: [1] }', "model input must specify 'name' for my_model"),
+    ('input { name: "A" dims: [1] }', "model input 'A' must specify 'data_type' for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 }', "model input 'A' must specify 'dims' for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [1] reshape { shape: [] } }',
+     "model input 'A' cannot have empty reshape for non-batching model as scalar tensors are not supported for "
+     "my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [0] }',
+     "model input 'A' dimension must be integer >= 1, or -1 to indicate a variable-size dimension for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [2] reshape { shape: [0] } }',
+     "model input 'A' reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension for "
+     "my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [2, 3] reshape { shape: [5] } }',
+     "model input 'A' has different size for dims and reshape for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [2, -1, -1] reshape { shape: [2, -1] } }',
+     "model input 'A' has different number of variable-size dimensions for dims and reshape for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [2, -1, 6] reshape { shape: [4, -1, 3] } }',
+     "model input 'A' has different size for dims and reshape for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [2, 3] }',
+     "model input NHWC/NCHW require 3 dims for my_model"),
+    ('input { name: "A" data_type: TYPE_INT32 dims: [1] is_shape_tensor: true }',
+     "shape tensors are only supported for TensorRT platform for my_model"),
+    ('input { name: "A" data_type: TYPE_FP32 dims: [1, 2, 3] is_non_linear_format_io: true }',
+     "Non-linear IO format is only supported for the TensorRT platform for my_model"),
+    ('output { data_type: TYPE_FP32 dims: [1] }', "model output must specify 'name' for my_model"),
+    ('output { name: "B" data_type: TYPE_FP32 dims: [-2] }',
+     "model output 'B' dimension must be integer >= 1, or -1 to indicate a variable-size dimension for my_model"),
+    ('output { name: "B" data_type: TYPE_INT32 dims: [1] is_shape_tensor: true }',
+     "shape tensors are only supported for TensorRT platform for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_input { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 }',
+     "batch input kind 'BATCH_ELEMENT_COUNT' expects 1 source input, got 0 for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_input { kind: BATCH_ITEM_SHAPE target_name: "N" data_type: TYPE_INT64 source_input: "A" }',
+     "batch input data type must be TYPE_INT32 or TYPE_FP32 for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_input { kind: BATCH_ITEM_SHAPE target_name: "N" data_type: TYPE_INT32 source_input: "Z" }',
+     "unknown source input name 'Z' for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_output { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "B" }',
+     "batch output kind 'BATCH_SCATTER_WITH_INPUT_SHAPE' expects 1 source input, got 0 for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_output { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "B" source_input: "Z" }',
+     "unknown source input name 'Z' for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'batch_output { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: "Q" source_input: "A" }',
+     "unknown target output name 'Q' for my_model"),
+    ('max_batch_size: 4 input { name: "A" data_type: TYPE_FP32 dims: [1] } '
+     'output { name: "B" data_type: TYPE_FP32 dims: [1] } '
+     'batch_output { kind: BATCH_SCATTER_WITH_INPUT_SHAPE target_name: ["B", "B"] source_input: "A" }',
+     "target output name 'B' can only be specified once for my_model"),
+    # beyond Triton (it would fail later, or never)
+    ('input { name: "A" data_type: TYPE_FP32 dims: [1] } input { name: "A" data_type: TYPE_FP32 dims: [1] }',
+     "model input 'A' is declared more than once for my_model"),
+    ('output { name: "B" data_type: TYPE_FP32 dims: [1] label_filename: "missing.txt" }',
+     "label file 'missing.txt' of model output 'B' does not exist for my_model"),
+    ("version_policy { latest { num_versions: 0 } }", "version_policy latest num_versions must be >= 1"),
+    ("version_policy { specific { } }", "version_policy specific versions must list versions >= 1"),
+    ('instance_group { rate_limiter { resources { count: 1 } } }',
+     "instance group my_model_0 of model my_model has a rate limiter resource without a name"),
 ]
 
 
-@pytest.mark.parametrize(("text", "message"), INVALID, ids=[m for _, m in INVALID])
-def test_invalid_configs_name_model_and_field(text: str, message: str, tmp_path: Path) -> None:
-    backend = "" if "backend" in message else 'backend: "x"\n'
+@pytest.mark.parametrize(("text", "message"), INVALID, ids=[m[:60] for _, m in INVALID])
+def test_invalid_configs_get_tritons_message(text: str, message: str, tmp_path: Path) -> None:
+    backend = "" if "platform" in text or "backend" in text else 'backend: "x"\n'
     config = parsed(backend + text, name="my_model")
     with pytest.raises(ServerError) as error:
         validate_config(config, tmp_path)
-    assert error.value.message.startswith("invalid model config for 'my_model': ")
-    assert message in error.value.message
+    assert error.value.message == message or error.value.message.startswith(message)
+    assert error.value.status.http_status == 400
 
 
 def test_valid_config_passes(tmp_path: Path) -> None:

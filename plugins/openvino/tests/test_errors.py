@@ -76,9 +76,9 @@ BROKEN: dict[str, tuple[Any, str | None, list[str]]] = {
         backend: "openvino"
         max_batch_size: 4
         input [{ name: "X", data_type: TYPE_FP32, dims: [3] }]
-        output [{ name: "TOTAL", data_type: TYPE_FP32, dims: [] }]
-    """, ["model 'output_not_batched'", "output 'TOTAL' dims", "shape [3], whose first dimension does not follow "
-          "the batch; set max_batch_size to 0"]),
+        output [{ name: "TOTAL", data_type: TYPE_FP32, dims: [1] }]
+    """, ["model 'output_not_batched'", "output 'TOTAL' dims", "the config gives 2 dimensions [-1 (batch), 1], but "
+          "the model's output has shape [3]"]),
     "missing_input": ("ints", """
         backend: "openvino"
         input [{ name: "A", data_type: TYPE_INT32, dims: [-1, 3] }]
