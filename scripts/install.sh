@@ -88,6 +88,9 @@ install_triton() {
 }
 
 install_debian_packages libb64-0d
+# kubectl (its `kustomize`) for tests/test_deploy_manifests.py; a kubectl already installed by another
+# package (Google Cloud's, say) stays, as Debian's kubernetes-client would clash with it.
+command -v kubectl >/dev/null || install_debian_packages kubernetes-client
 install_python_packages
 install_perf_analyzer
 if $with_triton; then
