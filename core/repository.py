@@ -6,6 +6,7 @@ import enum
 import functools
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from .config import apply_defaults, read_config
 from .config_validation import validate_config
 from .devices import visible_gpu_ids
 from .errors import ServerError, Status, not_found, unavailable
+from .load_overrides import LoadOverride, remove_model_dir
 from .pluginhost import PluginHost
 from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from .ratelimit import RateLimiter
@@ -78,6 +80,10 @@ class Model:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     error: str = ""
     wanted: bool = True  # False after an explicit unload: not counted for server readiness
+    source: RepositorySource | None = None  # where it was loaded from; None: a load's override files
+    fingerprint: str = ""  # the source's fingerprint when this load read it (poll mode compares it)
+    private_dir: Path | None = None  # the override files' directory, removed when this record retires
+    reload_error: str = ""  # why the last reload failed while these versions kept serving
 
     def latest_ready(self) -> ModelVersion | None:
         ready = [v for v in self.versions.values() if v.is_ready()]
@@ -85,6 +91,21 @@ class Model:
 
     def is_ready(self) -> bool:
         return not self.error and bool(self.versions) and all(v.is_ready() for v in self.versions.values())
+
+    def failure(self) -> str:
+        """Why this load failed, in Triton's words ("" when every version loaded)."""
+        if self.error:
+            return self.error
+        failed = [v for v in sorted(self.versions.values(), key=lambda v: v.version)
+                  if v.state is not VersionState.READY]
+        if not failed:
+            return ""
+        return f"load failed for model '{self.name}': " + "".join(
+            f"version {v.version} is at {v.state.value} state: {v.reason};" for v in failed)
+
+    def is_serving(self) -> bool:
+        """Some version is loaded (a reload must not take it away unless the new one loads)."""
+        return any(v.state is VersionState.READY for v in self.versions.values())
 
 
 @dataclass
@@ -125,21 +146,77 @@ class ModelRepository:
         self.options = options or RepositoryOptions()
         self.models: dict[str, Model] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._dependencies: dict[str, frozenset[str]] = {}
 
     # ---- discovery ------------------------------------------------------------------------
 
-    async def model_names(self) -> list[str]:
-        """Every model directory across all repositories."""
-        listed = await asyncio.gather(*(source.list_models() for source in self.sources))
+    def sources_named(self, repository: str) -> list[RepositorySource]:
+        """The sources a ``/v2/repository/{repository}/...`` route names (every one for ""); an
+        unknown name is a NOT_FOUND error."""
+        if not repository:
+            return self.sources
+        named = [source for source in self.sources if source.name == repository]
+        if not named:
+            raise not_found(f"model repository '{repository}' not found; the repositories are: "
+                            + ", ".join(f"'{source.name}'" for source in self.sources))
+        return named
+
+    async def model_names(self, sources: list[RepositorySource] | None = None) -> list[str]:
+        """Every model directory across all repositories (or across ``sources``)."""
+        listed = await asyncio.gather(*(source.list_models() for source in sources or self.sources))
         return sorted({name for names in listed for name in names})
 
-    async def _locate(self, name: str) -> list[RepositorySource]:
+    async def _holding(self, name: str, sources: list[RepositorySource]) -> list[RepositorySource]:
+        """Those of ``sources`` that hold a model directory ``name``."""
+        held = await asyncio.gather(*(source.exists(name) for source in sources))
+        return [source for source, holds in zip(sources, held) if holds]
+
+    async def _locate(self, name: str, sources: list[RepositorySource] | None = None) -> list[RepositorySource]:
         """The sources holding ``name``; an unknown model is an error."""
-        held = await asyncio.gather(*(source.exists(name) for source in self.sources))
-        found = [source for source, holds in zip(self.sources, held) if holds]
+        found = await self._holding(name, sources or self.sources)
         if not found:
             raise ServerError(f"failed to load '{name}', failed to poll from model repository")
         return found
+
+    async def _fingerprint(self, name: str, sources: list[RepositorySource]) -> str:
+        """The fingerprints of ``name`` in each of ``sources``; "" when one cannot be read (which
+        counts as a change)."""
+        try:
+            prints = await asyncio.gather(*(source.fingerprint(name) for source in sources))
+        except OSError as error:
+            log.warning("cannot fingerprint model '%s': %s", name, error)
+            return ""
+        return "\n".join(f"{source.location}={value}" for source, value in zip(sources, prints))
+
+    async def is_changed(self, name: str) -> bool:
+        """Whether ``name``'s files differ from those its current record was loaded from (poll mode)."""
+        model = self.models.get(name)
+        if model is None:
+            return True
+        found = await self._holding(name, self.sources)
+        return not found or await self._fingerprint(name, found) != model.fingerprint
+
+    # ---- dependencies -----------------------------------------------------------------------
+
+    def declare_dependencies(self, name: str, models: Collection[str]) -> None:
+        """Record that model ``name`` uses ``models`` (an ensemble its steps); unloading one of them
+        with ``unload_dependents`` also unloads ``name``. An empty ``models`` clears the record."""
+        if models:
+            self._dependencies[name] = frozenset(models)
+        else:
+            self._dependencies.pop(name, None)
+
+    def dependents(self, name: str) -> list[str]:
+        """The models that use ``name``, directly or through other models."""
+        found: set[str] = set()
+        pending = [name]
+        while pending:
+            used = pending.pop()
+            for model, uses in self._dependencies.items():
+                if used in uses and model not in found and model != name:
+                    found.add(model)
+                    pending.append(model)
+        return sorted(found)
 
     # ---- look-up for requests ---------------------------------------------------------------
 
@@ -171,10 +248,11 @@ class ModelRepository:
         """Every model that should be loaded is ready (Triton's strict readiness)."""
         return all(model.is_ready() for model in self.models.values() if model.wanted)
 
-    async def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """Triton's repository index: one entry per model version, plus models never loaded."""
+    async def index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
+        """Triton's repository index: one entry per model version, plus models never loaded; the
+        models of the repositories named ``repository`` only, when given."""
         entries: list[dict[str, str]] = []
-        for name in await self.model_names():
+        for name in await self.model_names(self.sources_named(repository)):
             model = self.models.get(name)
             if model is None:
                 if not ready_only:
@@ -187,8 +265,9 @@ class ModelRepository:
                     else VersionState.UNAVAILABLE
                 if ready_only and state is not VersionState.READY:
                     continue
+                reason = version.not_ready_reason() if state is not VersionState.READY else _kept(model)
                 entries.append({"name": name, "version": str(version.version), "state": state.value,
-                                "reason": version.not_ready_reason() if state is not VersionState.READY else ""})
+                                "reason": reason})
         return entries
 
     # ---- load and unload --------------------------------------------------------------------
@@ -196,45 +275,92 @@ class ModelRepository:
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
-    async def load(self, name: str) -> Model:
-        """Load (or reload) every version the policy selects. Returns the model record, whose
-        ``error`` or per-version reasons say what failed; raises only for an unknown model."""
+    async def load(self, name: str, override: LoadOverride | None = None, repository: str = "") -> Model:
+        """Load or reload every version the policy selects, from the repositories named ``repository``
+        (all for ""), or as ``override`` says. A reload loads beside the serving versions and switches
+        once every new version is ready; if one fails, the serving versions stay and their record's
+        ``reload_error`` says why. Loading a fully ready, unchanged model again does nothing, as in
+        Triton. Returns this load's record, whose ``failure()`` says what failed; raises only for an
+        unknown model or repository."""
         async with self._lock(name):
-            sources = await self._locate(name)
             previous = self.models.get(name)
-            model = Model(name)
+            sources: list[RepositorySource] = []
+            if override is None or not override.files:
+                sources = await self._locate(name, self.sources_named(repository))
+            fingerprint = await self._fingerprint(name, sources) if sources else ""
+            if override is None and previous is not None and _unchanged(previous, fingerprint):
+                return previous
+            model = Model(name, source=sources[0] if len(sources) == 1 else None, fingerprint=fingerprint)
             try:
-                if len(sources) > 1:
-                    raise ServerError(f"failed to load '{name}': it appears in more than one model repository ("
-                                      + ", ".join(s.location for s in sources) + ")")
-                model_dir, config, available = await self._fetch(sources[0], name)
+                model_dir, config, available = await self._read(model, sources, override)
                 # auto-complete may block: keep it off the event loop
                 config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir, config, available)
             except ServerError as error:
                 model.error = error.message
-                log.error("failed to load model '%s': %s", name, error.message)
-                self.models[name] = model
-                if previous is not None:
-                    await self._unload_versions(previous)
+                await self._reject(previous, model)
                 return model
             for number in versions:
                 spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
                                  backend.default_model_filename)
                 model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
-            if previous is None:
-                self.models[name] = model
+            keep_previous = previous is not None and previous.is_serving()
+            if not keep_previous:
+                self.models[name] = model  # the index shows it LOADING
             await asyncio.gather(*(self._load_version(backend, v) for v in model.versions.values()))
+            if keep_previous and model.failure():
+                await self._reject(previous, model)
+                return model
             self.models[name] = model
             if previous is not None:
-                await self._unload_versions(previous)
+                await self._retire(previous)
             return model
 
-    async def _fetch(self, source: RepositorySource, name: str) -> tuple[Path, ModelConfig, list[int]]:
-        """The model's local directory holding the versions its policy selects, its config as written,
-        and every version the source has."""
+    async def _read(self, model: Model, sources: list[RepositorySource],
+                    override: LoadOverride | None) -> tuple[Path, ModelConfig, list[int]]:
+        """The model's local directory, its config (not yet completed) and the versions available."""
+        if override is not None and override.files:
+            try:
+                model.private_dir = await asyncio.to_thread(override.write_model_dir)
+            except OSError as error:
+                raise ServerError(f"failed to load '{model.name}': cannot write the override files: {error}") from None
+            return model.private_dir, _copy(override.config), override.versions()
+        if len(sources) > 1:
+            raise ServerError(f"failed to load '{model.name}': it appears in more than one model repository ("
+                              + ", ".join(s.location for s in sources) + ")")
+        return await self._fetch(sources[0], model.name, override.config if override is not None else None)
+
+    async def _reject(self, previous: Model | None, model: Model) -> None:
+        """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why;
+        otherwise the failed record takes its place."""
+        log.error("failed to load model '%s': %s", model.name, model.failure())
+        if previous is not None and previous.is_serving():
+            previous.reload_error = model.failure()
+            previous.fingerprint = model.fingerprint  # poll mode retries once the files change again
+            await self._retire(model)
+            return
+        self.models[model.name] = model
+        if previous is not None:
+            await self._retire(previous)
+        if model.private_dir is not None and not model.versions:
+            await self._retire(model)
+
+    async def _retire(self, model: Model) -> None:
+        """Unload the record's versions (in-flight requests finish first) and delete its private directory."""
+        await self._unload_versions(model)
+        if model.private_dir is not None:
+            await asyncio.to_thread(remove_model_dir, model.private_dir)
+            model.private_dir = None
+
+    async def _fetch(self, source: RepositorySource, name: str,
+                     config_override: ModelConfig | None = None) -> tuple[Path, ModelConfig, list[int]]:
+        """The model's local directory holding the versions its policy selects, its config as written
+        (or ``config_override``), and every version the source has."""
         try:
             model_dir = await source.model_dir(name, versions=())
-            config = await asyncio.to_thread(read_config, model_dir, name, self.options.model_config_name)
+            if config_override is not None:
+                config = _copy(config_override)
+            else:
+                config = await asyncio.to_thread(read_config, model_dir, name, self.options.model_config_name)
             available = await source.versions(name)
             model_dir = await source.model_dir(name, versions=select_versions(config, available))
         except OSError as error:
@@ -337,15 +463,37 @@ class ModelRepository:
         version.state, version.reason = VersionState.READY, ""
         log.info("loaded '%s' version %d (%d instance(s))", spec.name, spec.version, len(version.instances))
 
-    async def unload(self, name: str) -> None:
-        """Unload every version of ``name``; in-flight requests finish first."""
+    async def unload(self, name: str, *, unload_dependents: bool = False, repository: str = "") -> None:
+        """Unload every version of ``name`` and, with ``unload_dependents``, of the models that use it
+        (``declare_dependencies``); in-flight requests finish first. A non-empty ``repository`` must
+        name the repository the model was loaded from."""
+        sources = self.sources_named(repository)
+        if unload_dependents:
+            await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(name)))
+        await self._unload_model(name, sources, repository)
+
+    async def _unload_model(self, name: str, sources: list[RepositorySource] | None = None,
+                            repository: str = "") -> None:
+        """Unload ``name``; a name never loaded must be in ``sources`` (None: it is a no-op)."""
         async with self._lock(name):
             model = self.models.get(name)
             if model is None:
-                await self._locate(name)  # an unknown model is an error; a known, unloaded one is a no-op
+                if sources is None:
+                    return
+                await self._locate(name, sources)  # an unknown model is an error; a known, unloaded one is a no-op
                 self.models[name] = model = Model(name)
+            elif repository and model.source not in sources:
+                raise not_found(f"model '{name}' was not loaded from model repository '{repository}'")
             model.wanted = False
-            await self._unload_versions(model)
+            model.reload_error = ""
+            await self._retire(model)
+
+    async def remove(self, name: str) -> None:
+        """Unload ``name`` and forget it (poll mode: its directory left the repository)."""
+        async with self._lock(name):
+            model = self.models.pop(name, None)
+            if model is not None:
+                await self._retire(model)
 
     async def _unload_versions(self, model: Model) -> None:
         await asyncio.gather(*(self._unload_version(v) for v in model.versions.values()))
@@ -367,7 +515,24 @@ class ModelRepository:
         log.info("unloaded '%s' version %d", version.spec.name, version.version)
 
     async def shutdown(self) -> None:
-        await asyncio.gather(*(self.unload(name) for name in list(self.models)))
+        await asyncio.gather(*(self._unload_model(name) for name in list(self.models)))
+
+
+def _unchanged(model: Model, fingerprint: str) -> bool:
+    """Whether loading ``model`` again, from files with ``fingerprint``, would change nothing."""
+    return (model.wanted and model.is_ready() and not model.reload_error and model.private_dir is None
+            and bool(fingerprint) and fingerprint == model.fingerprint)
+
+
+def _kept(model: Model) -> str:
+    """The index's reason for a version that kept serving through a failed reload ("" if none failed)."""
+    return f"the last reload failed, so this version keeps serving: {model.reload_error}" if model.reload_error else ""
+
+
+def _copy(config: ModelConfig) -> ModelConfig:
+    copied = ModelConfig()
+    copied.CopyFrom(config)
+    return copied
 
 
 def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:

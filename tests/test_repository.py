@@ -123,8 +123,8 @@ def test_explicit_load_errors(add_model, toy_server) -> None:  # type: ignore[no
     with pytest.raises(InferenceServerException, match="was told to fail loading") as error:
         client.load_model("broken")
     assert error.value.status() == "400"
-    with pytest.raises(InferenceServerException, match="not supported yet"):
-        client.load_model("broken", config='{"max_batch_size": 1}')
+    with pytest.raises(InferenceServerException, match="Invalid config override: .*max_batch_size"):
+        client.load_model("broken", config='{"max_batch_size": "one"}')
 
 
 def test_explicit_mode_star_loads_everything(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
@@ -207,14 +207,27 @@ def test_kind_auto_follows_the_backend_and_the_gpus(kinds, gpus, expected, add_m
     assert config["instance_group"][0]["kind"] == expected
 
 
-def test_scalar_output_reshaped_to_dims_one_without_batching(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+def test_scalar_per_batch_item_reshaped_to_dims_one(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
     add_model("scalar", """
 backend: "toy_identity"
+max_batch_size: 2
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]
 """)
     client = httpclient.InferenceServerClient(toy_server().http_url)
-    tensor = httpclient.InferInput("INPUT0", [1], "FP32")
-    tensor.set_data_from_numpy(np.array([2.5], np.float32))
+    tensor = httpclient.InferInput("INPUT0", [2, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[2.5], [4.0]], np.float32))
     result = client.infer("scalar", [tensor])
-    assert result.as_numpy("OUTPUT0").tolist() == [2.5]
+    assert result.as_numpy("OUTPUT0").tolist() == [[2.5], [4.0]]
+
+
+def test_an_empty_reshape_without_batching_is_tritons_error(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("scalar", """
+backend: "toy_identity"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] reshape: { shape: [ ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+""")
+    index = httpclient.InferenceServerClient(toy_server().http_url).get_model_repository_index()
+    assert index[0]["state"] == "UNAVAILABLE"
+    assert ("model input 'INPUT0' cannot have empty reshape for non-batching model as scalar tensors are not "
+            "supported for scalar") in index[0]["reason"]
