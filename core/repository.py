@@ -28,6 +28,9 @@ from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger(__name__)
 
+# Triton's answer to a load whose model or config it could not read.
+POLL_FAILED = "failed to load '{name}', failed to poll from model repository"
+
 
 class VersionState(str, enum.Enum):
     READY = "READY"
@@ -175,7 +178,7 @@ class ModelRepository:
         """The sources holding ``name``; an unknown model is an error."""
         found = await self._holding(name, sources or self.sources)
         if not found:
-            raise ServerError(f"failed to load '{name}', failed to poll from model repository")
+            raise ServerError(POLL_FAILED.format(name=name))
         return found
 
     async def _fingerprint(self, name: str, sources: list[RepositorySource]) -> str:
@@ -375,8 +378,8 @@ class ModelRepository:
         if not config.backend and not config.platform and auto_complete:
             config.backend = self._guess_backend(model_dir, available)
         if not config.backend and not config.platform:
-            raise ServerError(f"invalid model config for '{name}': backend: must specify 'platform' or "
-                              "'backend' (no installed backend recognizes a model file in the newest version)")
+            raise ServerError(f"{POLL_FAILED.format(name=name)}: must specify 'platform' or 'backend' for '{name}' "
+                              "(no installed backend recognizes a model file in the newest version)")
         backend_name = self._wrap(name, lambda: backends.backend_name_for(config.backend, config.platform))
         if not config.backend and config.platform != "ensemble":
             config.backend = backend_name
@@ -395,8 +398,11 @@ class ModelRepository:
             self._wrap(name, lambda: backend.auto_complete_config(spec))
             self._enable_dynamic_batching(config, batching_before)
         gpu_first = "GPU" in backend.instance_kinds and (visible_gpu_ids() or "CPU" not in backend.instance_kinds)
-        apply_defaults(config, name, ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
-        validate_config(config, model_dir)
+        try:
+            apply_defaults(config, name, ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
+            validate_config(config, model_dir)
+        except ServerError as error:  # Triton's message, after the words its load response gives
+            raise ServerError(f"{POLL_FAILED.format(name=name)}: {error.message}", error.status) from None
         kind = config.WhichOneof("scheduling_choice") or "default"
         if self.plugins.schedulers.get(kind) is None:
             raise ServerError(f"failed to load '{name}': no installed plugin provides the '{kind}' scheduler; "

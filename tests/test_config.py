@@ -4,8 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import text_format
+from tritonclient.utils import InferenceServerException
 
 from triton_serve.config import apply_defaults, config_to_json, read_config
 from triton_serve.config_validation import validate_config
@@ -255,3 +257,23 @@ def test_auto_complete_can_be_turned_off(flag: str, add_model, toy_server) -> No
     assert client.get_model_config("named")["input"] == []  # the model file was not read
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert "must specify 'platform' or 'backend'" in index["unnamed"]["reason"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_invalid_config_reaches_the_client_with_tritons_message(protocol: str, add_model,
+                                                                   toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("bad", 'backend: "toy_identity"\nmax_batch_size: 4\ndynamic_batching { preferred_batch_size: [8] }\n'
+                     'input { name: "INPUT0" data_type: TYPE_FP32 dims: [1] }\n'
+                     'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [1] }')
+    server = toy_server(model_control_mode="explicit")
+    client = (httpclient.InferenceServerClient(server.http_url) if protocol == "http"
+              else grpcclient.InferenceServerClient(server.grpc_url))
+    expected = ("failed to load 'bad', failed to poll from model repository: dynamic batching preferred size must "
+                "be <= max batch size for bad")
+    with pytest.raises(InferenceServerException) as error:
+        client.load_model("bad")
+    assert expected in error.value.message()
+    assert error.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+    index = client.get_model_repository_index()
+    entries = index if protocol == "http" else [{"state": m.state, "reason": m.reason} for m in index.models]
+    assert entries[0]["state"] == "UNAVAILABLE" and expected in entries[0]["reason"]
