@@ -78,6 +78,23 @@ def serialize_bytes(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
+class StringCountError(ValueError):
+    """A BYTES tensor holds a different number of elements than its shape needs."""
+
+    def __init__(self, expected: int, found: int) -> None:
+        super().__init__(f"expected {expected} BYTES elements, found {found}")
+        self.expected = expected
+        self.found = found
+
+    def message(self, name: str, model: str) -> str:
+        """Triton's words for it (its core's ValidateBytesInputs)."""
+        if self.found > self.expected:
+            return (f"unexpected number of string elements {self.expected + 1} for inference input '{name}' "
+                    f"for model '{model}', expecting {self.expected}")
+        return f"expected {self.expected} string elements for inference input '{name}' for model '{model}', " \
+               f"got {self.found}"
+
+
 def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
     """Decode length-prefixed elements into a 1-D object array of bytes.
 
@@ -96,7 +113,7 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> n
         items.append(bytes(view[offset:offset + length]))
         offset += length
     if count is not None and len(items) != count:
-        raise ValueError(f"expected {count} BYTES elements, found {len(items)}")
+        raise StringCountError(count, len(items))
     result = np.empty(len(items), dtype=np.object_)
     result[:] = items
     return result

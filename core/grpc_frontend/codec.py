@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, DataType, deserialize_bytes, element_count, to_wire_bytes
+from ..datatypes import BY_NAME, DataType, StringCountError, deserialize_bytes, element_count, to_wire_bytes
 from ..errors import ServerError, unsupported
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
@@ -171,6 +171,8 @@ def _raw_array(model: str, name: str, dt: DataType, shape: tuple[int, ...], data
     if dt.itemsize == 0:  # BYTES: 4-byte length prefixes
         try:
             return deserialize_bytes(data, element_count(shape)).reshape(shape)
+        except StringCountError as error:
+            raise ServerError(error.message(name, model)) from None
         except ValueError as error:
             raise ServerError(f"invalid BYTES data for input '{name}' for model '{model}': {error}") from None
     expected = element_count(shape) * dt.itemsize
@@ -201,8 +203,7 @@ def _typed_array(model: str, name: str, dt: DataType, shape: tuple[int, ...],
     count = element_count(shape)
     if array.size != count:
         if dt.name == "BYTES":
-            raise ServerError(f"expected {count} string elements for inference input '{name}' for model "
-                              f"'{model}', got {array.size}")
+            raise ServerError(StringCountError(count, array.size).message(name, model))
         raise ServerError(f"input byte size mismatch for input '{name}' for model '{model}'. "
                           f"Expected {count * dt.itemsize}, got {array.size * dt.itemsize}")
     return array.reshape(shape)

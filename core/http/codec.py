@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, element_count, from_wire_bytes, name_of_config_type, to_wire_bytes
+from ..datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type, to_wire_bytes
 from ..errors import ServerError, Status, internal
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.model_config_pb2 import ModelConfig
@@ -41,11 +41,13 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
-def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, model_name: str) -> np.ndarray:
     if datatype in ("FP16", "BF16"):
         raise ServerError(f"receiving {datatype} data via JSON is not supported. "
                           f"Please use the binary data format for input {name}")
     flat = _flatten(data)
+    if datatype == "BYTES" and len(flat) != element_count(shape):
+        raise ServerError(StringCountError(element_count(shape), len(flat)).message(name, model_name))
     if len(flat) != element_count(shape):
         raise ServerError(f"Unable to parse 'data' of input '{name}': shape {list(shape)} needs "
                           f"{element_count(shape)} elements, got {len(flat)}")
@@ -158,7 +160,7 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
     if given[0] == REGION:  # the data plane reads it from the region
         return Tensor(name, datatype, shape, no_data(datatype), _shared_memory_parameters(params, name)), 0
     if given[0] == "data":
-        return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"])), 0
+        return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"], model_name)), 0
     size = params["binary_data_size"]
     if not isinstance(size, int) or size < 0:
         raise ServerError(f"binary_data_size of input '{name}' must be a non-negative integer")
@@ -171,6 +173,8 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
                           f"Expected {element_count(shape) * dt.itemsize}, got {size}")
     try:
         array = from_wire_bytes(datatype, shape, binary[:size])
+    except StringCountError as error:
+        raise ServerError(error.message(name, model_name)) from None
     except ValueError as error:
         raise ServerError(f"invalid binary data for input '{name}' for model '{model_name}': {error}") from None
     return Tensor(name, datatype, shape, array), size
@@ -179,13 +183,13 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
 def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version: int | None) -> InferenceRequest:
     """Inference-Header-Content-Length: 0: the body is the data of the model's only input, batch 1."""
     if len(config.input) != 1:
-        raise ServerError(f"Raw request must only have 1 input (found {len(config.input)}) to be deduced "
+        raise ServerError(f"Raw request must only have 1 input (found 1) to be deduced "
                           f"but got {len(config.input)} inputs in '{model_name}' model configuration")
     spec = config.input[0]
     datatype = name_of_config_type(spec.data_type)
     dims = list(spec.dims)
     if datatype == "BYTES":
-        if len(dims) != 1 or dims[0] not in (1, -1):
+        if -1 in dims or element_count(dims) != 1:
             raise ServerError(f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]")
         shape: tuple[int, ...] = (1,)
         array = np.empty(1, dtype=np.object_)
