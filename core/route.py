@@ -28,7 +28,16 @@ class TensorRule:
     reshape: tuple[int, ...] | None
 
     def matches(self, shape: tuple[int, ...]) -> bool:
-        return len(shape) == len(self.dims) and all(d == -1 or d == s for s, d in zip(shape, self.dims))
+        return _fits(shape, self.dims)
+
+    def output_matches(self, shape: tuple[int, ...]) -> bool:
+        """An output shape fits the dims as given, or once unit dims are dropped from both (Triton's
+        FIL backend squeezes them, and Triton's core lets every output shape through)."""
+        return _fits(shape, self.dims) or _fits(tuple(s for s in shape if s != 1), tuple(d for d in self.dims if d != 1))
+
+
+def _fits(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims))
 
 
 def _rule(spec: Any, optional: bool = False) -> TensorRule:
@@ -121,7 +130,7 @@ class ModelRoute:
                 tensor.data = tensor.data.reshape(prefix + rule.dims)
                 tensor.shape = tuple(tensor.data.shape)
             check_shape = tensor.shape[1:] if batching else tensor.shape
-            if not rule.matches(tuple(check_shape)):
+            if not rule.output_matches(tuple(check_shape)):
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with shape "
                                f"{list(tensor.shape)}, which does not match its config dims "
                                f"{([-1] if batching else []) + list(rule.dims)}")

@@ -66,6 +66,6 @@ def test_the_model_still_serves_after_bad_requests(kit: Any, trained: Any, serve
     for protocol in ("http", "grpc"):
         _error(kit, server, protocol, "variable", np.zeros((1, 2), np.float32))
     rows = kit.rows(8)
-    expected = trained.xgb_regressor.predict(xgboost.DMatrix(rows)).reshape(-1, 1)
+    expected = trained.xgb_regressor.predict(xgboost.DMatrix(rows))
     for model in ("fixed", "variable"):
         np.testing.assert_allclose(kit.infer(server, "grpc", model, rows), expected, rtol=1e-5, atol=1e-5)

@@ -28,8 +28,8 @@ def _models(kit: Any, trained: Any) -> dict[str, tuple[Callable[[Path], None], C
     def model(name: str, config: str, files: dict[str, Callable[[Path], None]]) -> Callable[[Path], None]:
         return lambda repo: kit.write_model(repo, name, config, files)
 
-    def column(values: np.ndarray) -> np.ndarray:
-        return values.reshape(-1, 1).astype(np.float32)
+    def column(values: np.ndarray) -> np.ndarray:  # dims [1], squeezed to [batch] as Triton's FIL backend does
+        return values.reshape(-1).astype(np.float32)
 
     return {
         "xgb_binary_class": (

@@ -70,6 +70,7 @@ class FilInstance(ModelInstance):
         self._scores: Callable[[np.ndarray], np.ndarray] | None = None
         self._rule: OutputRule | None = None
         self._width = 1
+        self._squeezed: tuple[int, ...] = ()
 
     async def load(self) -> None:
         try:
@@ -84,6 +85,7 @@ class FilInstance(ModelInstance):
         forest = read_forest(options, self.model, config)
         self._rule = output_rule(options, forest)
         self._width = check_config(config, forest, self._rule)
+        self._squeezed = () if list(config.output[0].dims) == [1] else (self._width,)
         self.num_feature = forest.num_feature
         if self.instance.kind == "GPU":
             if options.model_type not in XGBOOST_TYPES:
@@ -105,7 +107,8 @@ class FilInstance(ModelInstance):
     async def _infer(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         rows = concat_inputs(requests, self.model.config)[INPUT_NAME]
         output = await asyncio.to_thread(self._predict, rows)
-        return split_outputs({OUTPUT_NAME: output}, requests, self.model.config)
+        # As Triton's FIL backend: unit dims of output__0 are squeezed away ([batch] for dims [1]).
+        return split_outputs({OUTPUT_NAME: output.reshape(len(output), *self._squeezed)}, requests, self.model.config)
 
     def _predict(self, rows: np.ndarray) -> np.ndarray:
         if self._scores is None or self._rule is None:
