@@ -1,0 +1,182 @@
+"""Restricted APIs (``--http-restricted-api``, ``--grpc-restricted-protocol``): Triton's categories, which
+endpoints and RPCs each covers, and the header check a front-end runs before a restricted call."""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+
+from .errors import ServerError
+from .http.app import Receive, Scope, Send
+
+# Triton's restricted categories, in its order (RESTRICTED_CATEGORY_NAMES).
+CATEGORIES = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository",
+              "statistics", "trace", "logging")
+# Triton puts this in front of every --grpc-restricted-protocol key: the metadata the client must send.
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+# A restricted category -> (the header a request must carry, the value it must have).
+Restrictions = dict[str, tuple[str, str]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def parse_restrictions(flag: str, items: Iterable[str], *, kind: str, header_prefix: str = "") -> Restrictions:
+    """Every ``<category>,...:<key>=<value>`` given to the repeatable ``flag`` (``--http-restricted-api``),
+    as Triton parses them; ``kind`` ("api" or "protocol") names a category in errors. Raises ServerError
+    with Triton's text for a malformed item, an unknown category or one listed twice."""
+    restrictions: Restrictions = {}
+    for item in items:
+        names, colon, setting = item.partition(":")
+        key, equals, value = setting.partition("=")
+        if not (colon and equals and names and key and value):
+            raise ServerError(f"{flag} option format is '<config name>:<setting>=<value>'. Got {item}")
+        for name in names.split(","):
+            if name not in CATEGORIES:
+                raise ServerError(f"{flag}: unknown restricted {kind} '{name}'")
+            if name in restrictions:
+                raise ServerError(f"{flag}: restricted {kind} '{name}' can not be specified in multiple "
+                                  "config groups")
+            restrictions[name] = (header_prefix + key, value)
+    return restrictions
+
+
+def restrictions_from_json(value: dict[str, Sequence[str]]) -> Restrictions:
+    """Restrictions back from their JSON form (pairs arrive as lists in a front-end process)."""
+    return {category: (header, expected) for category, (header, expected) in value.items()}
+
+
+# ---- HTTP ------------------------------------------------------------------------------------------
+
+_MODEL = r"/v2/models/[^/]+(?:/versions/[0-9]+)?"
+# Each endpoint's path and category, in the order Triton's HTTP server dispatches (the first that
+# matches the whole path wins), except inference: no other path matches it, and first it is found
+# soonest. Endpoints triton-serve does not serve yet are listed too, so they are restricted from the
+# day they exist.
+_HTTP_ROUTES = (
+    (_MODEL + r"/(?:infer|generate|generate_stream)", "inference"),
+    (r"/v2/models/stats", "statistics"),
+    (r"/v2/logging", "logging"),
+    (_MODEL + r"/ready", "health"),
+    (_MODEL + r"/config", "model-config"),
+    (_MODEL + r"/stats", "statistics"),
+    (r"/v2/models/[^/]+/trace/setting", "trace"),
+    (_MODEL, "metadata"),
+    (r"/v2", "metadata"),
+    (r"/v2/health/(?:live|ready)", "health"),
+    (r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:status|register|unregister)", "shared-memory"),
+    (r"/v2/repository(?:/[^/]+)?/(?:index|models/[^/]+/(?:load|unload))", "model-repository"),
+    (r"/v2/trace/setting", "trace"),
+)
+_HTTP_PATHS = re.compile("|".join(f"({path})" for path, _category in _HTTP_ROUTES))
+
+
+def http_category(path: str) -> str | None:
+    """The restricted category of an HTTP path; None for a path that is no Triton endpoint."""
+    match = _HTTP_PATHS.fullmatch(path)
+    return None if match is None else _HTTP_ROUTES[match.lastindex - 1][1]  # type: ignore[operator]
+
+
+def restrict_http(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
+    """``app`` behind Triton's check: a request to a restricted endpoint without the expected header
+    value gets 403 and ``{"error": "This API is restricted, expecting header '<key>'"}``, before any
+    other check (method, body). Returns ``app`` itself when nothing is restricted."""
+    if not restrictions:
+        return app
+    # category -> (header name as ASGI spells it, expected value, the refusal's body)
+    checks: dict[str | None, tuple[bytes, bytes, bytes]] = {
+        category: (header.lower().encode(), value.encode(),
+                   json.dumps({"error": f"This API is restricted, expecting header '{header}'"}).encode())
+        for category, (header, value) in restrictions.items()}
+
+    async def restricted_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            check = checks.get(http_category(scope["path"]))
+            if check is not None:
+                header, expected, refusal = check
+                given = None
+                for name, value in scope["headers"]:
+                    if name == header:  # the first header of that name decides, as in Triton
+                        given = value
+                        break
+                if given != expected:
+                    await _discard_body(receive)  # hypercorn closes a connection whose request body is unread
+                    await send({"type": "http.response.start", "status": 403, "headers": [
+                        (b"content-type", b"application/json"), (b"content-length", str(len(refusal)).encode())]})
+                    await send({"type": "http.response.body", "body": refusal})
+                    return
+        await app(scope, receive, send)
+    return restricted_app
+
+
+async def _discard_body(receive: Receive) -> None:
+    """Read a refused request's body to its end (or the client's disconnect), keeping none of it."""
+    while (await receive()).get("more_body", False):
+        pass
+
+
+# ---- gRPC ------------------------------------------------------------------------------------------
+
+_INFERENCE_SERVICE = "/inference.GRPCInferenceService/"
+# Each RPC's category, as Triton's gRPC server registers them (TraceSetting and LogSettings too, served
+# or not; the standard health service's Watch, which Triton lacks, goes with its Check).
+GRPC_METHOD_CATEGORIES = {
+    **{_INFERENCE_SERVICE + rpc: category for category, rpcs in (
+        ("health", ("ServerLive", "ServerReady", "ModelReady")),
+        ("metadata", ("ServerMetadata", "ModelMetadata")),
+        ("inference", ("ModelInfer", "ModelStreamInfer")),
+        ("shared-memory", ("SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+                           "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister")),
+        ("model-config", ("ModelConfig",)),
+        ("model-repository", ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")),
+        ("statistics", ("ModelStatistics",)),
+        ("trace", ("TraceSetting",)),
+        ("logging", ("LogSettings",)),
+    ) for rpc in rpcs},
+    "/grpc.health.v1.Health/Check": "health",
+    "/grpc.health.v1.Health/Watch": "health",
+}
+
+
+class GrpcRestrictionInterceptor(grpc.aio.ServerInterceptor):
+    """Ends a call to a restricted RPC with UNAVAILABLE and "This protocol is restricted, expecting header
+    '<key>'" unless its metadata carries the expected value, as Triton does; other calls pass untouched."""
+
+    def __init__(self, restrictions: Restrictions) -> None:
+        self._rules = {method: restrictions[category] for method, category in GRPC_METHOD_CATEGORIES.items()
+                       if category in restrictions}
+
+    async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+                                handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(handler_call_details)
+        rule = self._rules.get(handler_call_details.method)  # type: ignore[attr-defined]
+        if rule is None or handler is None:
+            return handler
+        header, expected = rule
+        for key, value in handler_call_details.invocation_metadata or ():  # type: ignore[attr-defined]
+            if key == header:  # the first entry of that name decides, as in Triton
+                if value == expected:
+                    return handler
+                break
+        return _refusing(handler, f"This protocol is restricted, expecting header '{header}'")
+
+
+def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s shape that ends the call with UNAVAILABLE without reading the request."""
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse)
+    return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def grpc_interceptors(restrictions: Restrictions) -> list[grpc.aio.ServerInterceptor]:
+    """The interceptor that enforces ``restrictions``; none (no cost per call) when nothing is restricted."""
+    return [GrpcRestrictionInterceptor(restrictions)] if restrictions else []
