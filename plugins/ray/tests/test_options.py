@@ -1,0 +1,69 @@
+"""build_app's arguments as `serve run` passes them (text), and the errors it gives before anything deploys."""
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from triton_serve.http import app as http_app
+from triton_serve.http import shared_memory as http_shared_memory
+from triton_serve_ray import AppArgs, build_app
+from triton_serve_ray.app import INGRESS
+from triton_serve_ray.ray_dataplane import RayDataPlane
+
+
+def test_command_line_text_becomes_lists_and_mappings() -> None:
+    args = AppArgs.model_validate({
+        "model_repository": "/a, /b",
+        "models": "add_sub,identity_bytes",
+        "deployment_options": '{"*": {"max_ongoing_requests": 8, "num_replicas": 1}, "add_sub": {"num_replicas": 2}}',
+        "ingress_options": '{"num_replicas": 2}',
+    })
+    assert args.model_repository == ["/a", "/b"]
+    assert args.models == ["add_sub", "identity_bytes"]
+    assert args.options_for("add_sub") == {"max_ongoing_requests": 8, "num_replicas": 2}
+    assert args.options_for("identity_bytes") == {"max_ongoing_requests": 8, "num_replicas": 1}
+    assert args.ingress_options == {"num_replicas": 2}
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValidationError, match="expected a JSON object"):
+        AppArgs.model_validate({"model_repository": "/a", "deployment_options": "add_sub:2"})
+    with pytest.raises(ValidationError, match="replicas"):
+        AppArgs.model_validate({"model_repository": "/a", "replicas": "2"})
+    with pytest.raises(ValidationError, match="model_repository"):
+        AppArgs.model_validate({})
+
+
+def test_unknown_models_are_refused_with_the_models_there(example_repository: Path) -> None:
+    message = "no model 'nope' in .*(models there: add_sub, identity_bytes, tokenizer)"
+    with pytest.raises(ValueError, match=message):
+        build_app({"model_repository": str(example_repository), "models": "add_sub,nope"})
+    with pytest.raises(ValueError, match="no model 'nope'"):
+        build_app({"model_repository": str(example_repository), "deployment_options": {"nope": {"num_replicas": 2}}})
+
+
+def test_a_repository_without_models_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"no model in {re.escape(str(tmp_path))}"):
+        build_app({"model_repository": str(tmp_path)})
+
+
+def test_a_model_may_not_take_the_ingress_name(tmp_path: Path, example_repository: Path) -> None:
+    config = (example_repository / "add_sub" / "config.pbtxt").read_text()
+    (tmp_path / INGRESS / "1").mkdir(parents=True)
+    (tmp_path / INGRESS / "config.pbtxt").write_text(config.replace('"add_sub"', f'"{INGRESS}"'))
+    with pytest.raises(ValueError, match=f"may not be named '{INGRESS}'"):
+        build_app({"model_repository": str(tmp_path)})
+
+
+def test_the_ingress_answers_every_data_plane_call_of_the_http_front_end() -> None:
+    """The ingress reuses the core's HTTP front-end: each data-plane method it calls must exist here."""
+    source = inspect.getsource(http_app) + inspect.getsource(http_shared_memory)
+    called = set(re.findall(r"self\.dataplane\.(\w+)", source))
+    assert {"infer", "model_config", "repository_index"} <= called
+    missing = sorted(name for name in called if not hasattr(RayDataPlane, name)
+                     and name not in vars(RayDataPlane({}, "triton")))
+    assert not missing, f"RayDataPlane lacks {missing}, which triton_serve.http calls"

@@ -1,0 +1,320 @@
+"""The example repository on a two-node local Ray cluster: answers through tritonclient, the same HTTP
+protocol as the single server, autoscaling up and down, a killed replica replaced without failed requests,
+and a model that cannot load."""
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import ray
+import tritonclient.http as http
+from ray import serve
+from ray.cluster_utils import Cluster
+from tritonclient.utils import InferenceServerException
+
+from triton_serve.server import ServerOptions
+from triton_serve.testing import RunningServer, free_port
+from triton_serve_ray import build_app, deploy
+
+NODE_CPUS = 2  # logical CPUs Ray may schedule per node; every replica here asks for a tenth of one
+OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; Ray's minimum is 75 MiB
+SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
+APP = "triton"
+MODELS = ["add_sub", "identity_bytes"]
+SCALED = "identity_bytes"  # autoscaled between 1 and 2 replicas
+FIXED = "add_sub"  # two replicas
+AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
+               "upscale_delay_s": 1, "downscale_delay_s": 3}
+SCALE_TIMEOUT_S = 150  # starting a replica on a busy 2-core machine can take a while
+
+
+@pytest.fixture(scope="module")
+def serve_url() -> Iterator[str]:
+    """A local cluster, a head and one worker node, with Serve's HTTP proxy on a free loopback port."""
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": NODE_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES)
+        ray.init(address=cluster.address, log_to_driver=False)
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+        yield f"127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_url(serve_url: str, example_repository: Path) -> Iterator[str]:
+    """The example repository's add_sub and identity_bytes deployed as `serve run` would, options as text."""
+    deploy(str(example_repository), name=APP, models=",".join(MODELS), deployment_options=json.dumps({
+        "*": SMALL, FIXED: {"num_replicas": 2}, SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
+    }), ingress_options=json.dumps(SMALL))
+    yield serve_url
+    serve.delete(APP)
+
+
+@pytest.fixture(scope="module")
+def single_url(example_repository: Path) -> Iterator[str]:
+    """triton-serve itself on the same models, to compare answers with."""
+    port = free_port()
+    server = RunningServer(ServerOptions(
+        model_repositories=[str(example_repository)], model_control_mode="explicit", load_models=MODELS,
+        http_address="127.0.0.1", http_port=port, allow_grpc=False, allow_metrics=False))
+    yield f"127.0.0.1:{port}"
+    server.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def running_replicas(deployment: str) -> int:
+    """How many replicas of the deployment serve.status() reports RUNNING."""
+    return serve.status().applications[APP].deployments[deployment].replica_states.get("RUNNING", 0)
+
+
+def replica_actor_names(deployment: str) -> list[str]:
+    """The named actors of the deployment's replicas (Serve names them ``SERVE_REPLICA::app#deployment#id``)."""
+    prefix = f"SERVE_REPLICA::{APP}#{deployment}#"
+    return sorted(actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)
+                  if actor["name"].startswith(prefix))
+
+
+def add_sub_inputs(binary: bool, offset: int = 0) -> tuple[list[http.InferInput], np.ndarray, np.ndarray]:
+    a = np.arange(offset, offset + 16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    inputs = [http.InferInput("INPUT0", [1, 16], "INT32"), http.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs, a + b, a - b
+
+
+# ---- answers through tritonclient ----------------------------------------------------------------
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_add_sub_answers(ray_url: str, binary: bool) -> None:
+    client = http.InferenceServerClient(ray_url)
+    inputs, total, difference = add_sub_inputs(binary)
+    outputs = [http.InferRequestedOutput("OUTPUT0", binary_data=binary),
+               http.InferRequestedOutput("OUTPUT1", binary_data=binary)]
+    result = client.infer(FIXED, inputs, outputs=outputs, request_id="r1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), total)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), difference)
+    response = result.get_response()
+    assert (response["model_name"], response["model_version"], response["id"]) == (FIXED, "1", "r1")
+    assert ("binary_data_size" in response["outputs"][0].get("parameters", {})) == binary
+
+
+def test_bytes_round_trip(ray_url: str) -> None:
+    client = http.InferenceServerClient(ray_url)
+    text = np.array([[b"ray", b"", "ünï".encode()]], dtype=np.object_)
+    tensor = http.InferInput("INPUT0", [1, 3], "BYTES")
+    tensor.set_data_from_numpy(text, binary_data=True)
+    result = client.infer(SCALED, [tensor], model_version="1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), text)
+
+
+def test_health_metadata_config_and_index(ray_url: str) -> None:
+    client = http.InferenceServerClient(ray_url)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready(FIXED) and client.is_model_ready(FIXED, "1")
+    assert not client.is_model_ready(FIXED, "2") and not client.is_model_ready("tokenizer")
+    metadata = client.get_server_metadata()
+    assert metadata["name"] == "triton" and "binary_tensor_data" in metadata["extensions"]
+    assert "system_shared_memory" not in metadata["extensions"]
+    model = client.get_model_metadata(FIXED)
+    assert model["platform"] == "python" and [i["name"] for i in model["inputs"]] == ["INPUT0", "INPUT1"]
+    assert client.get_model_config(FIXED)["max_batch_size"] == 8
+    index = client.get_model_repository_index()
+    assert [(m["name"], m["state"]) for m in index] == [(FIXED, "READY"), (SCALED, "READY")]
+    stats = client.get_inference_statistics(FIXED)["model_stats"]
+    assert [(s["name"], s["version"]) for s in stats] == [(FIXED, "1")]
+
+
+def test_what_ray_does_not_serve_is_refused_with_a_reason(ray_url: str) -> None:
+    client = http.InferenceServerClient(ray_url)
+    with pytest.raises(InferenceServerException, match="load / unload is not allowed") as error:
+        client.load_model(FIXED)
+    assert error.value.status() == "503"
+    with pytest.raises(InferenceServerException, match="shared memory is not supported through Ray Serve"):
+        client.register_system_shared_memory("region", "/key", 64)
+    text = http.InferInput("TEXT", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b"not deployed"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'tokenizer' is not found"):
+        client.infer("tokenizer", [text])
+
+
+# ---- the same protocol as the single server ----------------------------------------------------
+
+def _infer_json(inputs: list[dict[str, object]], **extra: object) -> bytes:
+    return json.dumps({"id": "same", "inputs": inputs, **extra}).encode()
+
+
+ADD_SUB_JSON = [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+                {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [2] * 16}]
+BINARY_HEADER = json.dumps({
+    "inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
+               for name in ("INPUT0", "INPUT1")],
+    "outputs": [{"name": "OUTPUT1", "parameters": {"binary_data": True}}]}).encode()
+BINARY_LENGTH = {"Inference-Header-Content-Length": str(len(BINARY_HEADER))}
+BINARY_BODY = BINARY_HEADER + np.arange(16, dtype=np.int32).tobytes() + np.ones(16, dtype=np.int32).tobytes()
+# (method, path, body, headers): requests that succeed and requests that fail, in every way the front-end parses.
+EXCHANGES: list[tuple[str, str, bytes | None, dict[str, str]]] = [
+    ("GET", f"/v2/models/{FIXED}", None, {}),
+    ("GET", f"/v2/models/{FIXED}/versions/1/config", None, {}),
+    ("GET", f"/v2/models/{FIXED}/versions/2/ready", None, {}),
+    ("GET", "/v2/models/nope", None, {}),
+    ("GET", "/v2/models/nope/config", None, {}),
+    ("POST", f"/v2/models/{FIXED}/infer", _infer_json(ADD_SUB_JSON), {}),
+    ("POST", f"/v2/models/{FIXED}/versions/1/infer", _infer_json(ADD_SUB_JSON, parameters={"p": 1}), {}),
+    ("POST", f"/v2/models/{FIXED}/infer", gzip.compress(_infer_json(ADD_SUB_JSON)),
+     {"Content-Encoding": "gzip", "Accept-Encoding": "gzip"}),
+    ("POST", f"/v2/models/{FIXED}/infer", BINARY_BODY, BINARY_LENGTH),
+    ("POST", f"/v2/models/{SCALED}/infer", b"raw text", {"Inference-Header-Content-Length": "0"}),
+    ("POST", f"/v2/models/{FIXED}/versions/3/infer", _infer_json(ADD_SUB_JSON), {}),
+    ("POST", "/v2/models/nope/infer", _infer_json(ADD_SUB_JSON), {}),
+    ("POST", f"/v2/models/{FIXED}/infer", _infer_json(ADD_SUB_JSON[:1]), {}),
+    ("POST", f"/v2/models/{FIXED}/infer", _infer_json([{**ADD_SUB_JSON[0], "shape": [1, 15]}, ADD_SUB_JSON[1]]), {}),
+    ("POST", f"/v2/models/{FIXED}/infer", b"{not json", {}),
+    ("POST", f"/v2/models/{FIXED}/infer", BINARY_BODY[:-4], BINARY_LENGTH),
+    ("GET", f"/v2/models/{FIXED}/infer", None, {}),
+    ("POST", "/v2/repository/index", b'{"ready": "yes"}', {}),
+    ("POST", "/v2/repository/index", b'{"ready": true}', {}),
+]
+
+
+@pytest.mark.parametrize("method,path,body,headers", EXCHANGES,
+                         ids=[f"{m} {p} #{i}" for i, (m, p, _, _) in enumerate(EXCHANGES)])
+def test_same_answer_as_the_single_server(ray_url: str, single_url: str, method: str, path: str,
+                                          body: bytes | None, headers: dict[str, str]) -> None:
+    answers = []
+    for url in (ray_url, single_url):
+        with httpx.Client(base_url=f"http://{url}", trust_env=False) as client:
+            response = client.request(method, path, content=body, headers=headers)
+        answers.append((response.status_code, response.headers.get("inference-header-content-length"),
+                        response.headers.get("content-encoding"), response.content))
+    assert answers[0] == answers[1]
+
+
+# ---- scaling and recovery ---------------------------------------------------------------------
+
+@dataclass
+class Load:
+    """Threads sending requests and checking every answer until stopped."""
+
+    send: Callable[[http.InferenceServerClient, int], None]
+    url: str
+    threads: int
+    done: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> Load:
+        self._workers = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.threads)]
+        for worker in self._workers:
+            worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for worker in self._workers:
+            worker.join(60)
+
+    def _run(self, number: int) -> None:
+        client = http.InferenceServerClient(self.url, network_timeout=120)
+        while not self._stop.is_set():
+            try:
+                self.send(client, number)
+            except Exception as error:  # noqa: BLE001 - every failure is reported by the test
+                with self._lock:
+                    self.failures.append(f"{type(error).__name__}: {error}")
+            else:
+                with self._lock:
+                    self.done += 1
+
+
+def send_add_sub(client: http.InferenceServerClient, number: int) -> None:
+    inputs, total, difference = add_sub_inputs(binary=True, offset=number)
+    result = client.infer(FIXED, inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), total)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), difference)
+
+
+def send_bytes(client: http.InferenceServerClient, number: int) -> None:
+    text = np.array([[f"load {number}".encode()] * 4], dtype=np.object_)
+    tensor = http.InferInput("INPUT0", [1, 4], "BYTES")
+    tensor.set_data_from_numpy(text)
+    np.testing.assert_array_equal(client.infer(SCALED, [tensor]).as_numpy("OUTPUT0"), text)
+
+
+def test_autoscaling_adds_a_replica_under_load_and_removes_it_when_idle(ray_url: str) -> None:
+    wait_until(lambda: running_replicas(SCALED) == 1, SCALE_TIMEOUT_S, f"{SCALED} at its minimum of one replica")
+    with Load(send_bytes, ray_url, threads=6) as load:
+        wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"a second {SCALED} replica under load")
+        served = load.done
+        wait_until(lambda: load.done > served + 20, 60, "requests served by the scaled-up deployment")
+    assert not load.failures, load.failures[:5]
+    wait_until(lambda: running_replicas(SCALED) == 1 and len(replica_actor_names(SCALED)) == 1,
+               SCALE_TIMEOUT_S, f"{SCALED} back to one replica once idle")
+
+
+def replaced(killed: str) -> bool:
+    """A replica other than ``killed`` (and the one left) has started in its place."""
+    names = replica_actor_names(FIXED)
+    return killed not in names and len(names) == 2
+
+
+def test_a_killed_replica_is_replaced_and_no_request_fails(ray_url: str) -> None:
+    before = replica_actor_names(FIXED)
+    assert len(before) == 2 and running_replicas(FIXED) == 2
+    with Load(send_add_sub, ray_url, threads=3) as load:
+        wait_until(lambda: load.done > 20, 60, "requests before the kill")
+        ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)
+        served = load.done
+        wait_until(lambda: load.done > served + 50, 60, "requests after the kill")
+        wait_until(lambda: replaced(before[0]) and running_replicas(FIXED) == 2, SCALE_TIMEOUT_S,
+                   f"Ray to replace the killed {FIXED} replica")
+        served = load.done
+        wait_until(lambda: load.done > served + 20, 60, "requests after the replacement")
+    assert not load.failures, load.failures[:5]
+    assert before[1] in replica_actor_names(FIXED)
+
+
+# ---- a model that cannot load ------------------------------------------------------------------
+
+BROKEN = """
+name: "broken"
+backend: "no_such_backend"
+input [ { name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] } ]
+"""
+
+
+def test_a_model_that_fails_to_load_fails_its_deployment_with_the_reason(serve_url: str, tmp_path: Path) -> None:
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "config.pbtxt").write_text(BROKEN)
+    app = build_app({"model_repository": str(tmp_path), "ingress_options": SMALL,
+                     "deployment_options": {"*": {**SMALL, "max_constructor_retry_count": 1}}})
+    try:
+        with pytest.raises(RuntimeError, match=r"Failed to update the deployments \['broken'\]"):
+            serve.run(app, name="broken", route_prefix="/broken")
+        status = serve.status().applications["broken"].deployments["broken"]
+        assert "model 'broken' failed to load" in status.message and "no_such_backend" in status.message
+    finally:
+        serve.delete("broken")

@@ -1,0 +1,57 @@
+"""Builds the Ray Serve application for a model repository: a deployment per model behind one HTTP ingress."""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+from ray.serve.handle import DeploymentHandle
+
+from triton_serve.server import Server, ServerOptions
+
+from .ingress import KServeIngress
+from .options import AppArgs
+from .replica import ModelReplica
+
+INGRESS = "KServeIngress"  # the ingress deployment's name; the model deployments are named after their models
+# The ingress only waits on the model deployments: let it hold many requests (Ray's default is 5 per replica).
+INGRESS_DEFAULTS = {"max_ongoing_requests": 256}
+
+
+def list_models(locations: list[str]) -> list[str]:
+    """Every model in the repositories, found the way triton-serve finds them (any repository source)."""
+    dataplane = Server(ServerOptions(model_repositories=locations, model_control_mode="explicit",
+                                     allow_http=False, allow_grpc=False, allow_metrics=False)).dataplane
+    with ThreadPoolExecutor(1) as pool:  # the caller may be running an event loop already
+        index = pool.submit(asyncio.run, dataplane.repository_index()).result()
+    return sorted({entry["name"] for entry in index})
+
+
+def build_app(args: dict[str, Any] | AppArgs) -> Application:
+    """The application for ``serve run triton_serve_ray:build_app model_repository=/path [key=value ...]``
+    (or a Serve config file's ``args``); ``args`` are ``AppArgs`` fields. Raises ValueError for a
+    repository without models, or for a model that it does not hold."""
+    options = args if isinstance(args, AppArgs) else AppArgs.model_validate(args)
+    available = list_models(options.model_repository)
+    unknown = options.unknown_models(available)
+    if unknown:
+        raise ValueError(f"no model {', '.join(map(repr, unknown))} in {', '.join(options.model_repository)} "
+                         f"(models there: {', '.join(available) or 'none'})")
+    names = options.models or available
+    if not names:
+        raise ValueError(f"no model in {', '.join(options.model_repository)}")
+    if INGRESS in names:
+        raise ValueError(f"a model may not be named '{INGRESS}': the ingress deployment has that name")
+    models = {name: serve.deployment(ModelReplica).options(name=name, **options.options_for(name))
+              .bind(options.model_repository, name, options.backend_config) for name in names}
+    ingress = serve.deployment(KServeIngress).options(name=INGRESS, **{**INGRESS_DEFAULTS, **options.ingress_options})
+    return ingress.bind(models, options.server_id, options.http_max_input_size)
+
+
+def deploy(model_repository: str | list[str], *, name: str = "triton", **args: Any) -> DeploymentHandle:
+    """Deploy the repository on the Ray cluster this process is connected to (Serve starts one if none),
+    as application ``name`` at route prefix ``/``, and wait until every replica is ready. ``args``
+    are the other ``AppArgs`` fields. Returns the ingress's handle."""
+    return serve.run(build_app({"model_repository": model_repository, **args}), name=name, route_prefix="/")

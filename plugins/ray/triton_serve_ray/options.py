@@ -1,0 +1,57 @@
+"""The arguments of ``build_app``: where the models are and how Ray runs each model's deployment."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from triton_serve.http.app import DEFAULT_MAX_INPUT_SIZE
+
+EVERY_MODEL = "*"  # the key in ``deployment_options`` whose options apply to every model
+
+
+class AppArgs(BaseModel):
+    """What ``serve run triton_serve_ray:build_app key=value ...`` (or a Serve config file) passes.
+
+    On the command line every value is text: lists are comma-separated, mappings are JSON objects.
+    ``deployment_options`` maps a model name (or ``"*"``: every model) to options of Ray's
+    ``Deployment.options`` (``num_replicas``, ``autoscaling_config``, ``ray_actor_options``,
+    ``max_ongoing_requests``...); a model's own entry wins, key by key, over ``"*"``.
+    ``ingress_options`` are the same options for the KServe v2 HTTP ingress deployment.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_repository: list[str] = Field(min_length=1)
+    models: list[str] = Field(default_factory=list)  # empty: every model in the repositories
+    deployment_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    ingress_options: dict[str, Any] = Field(default_factory=dict)
+    backend_config: dict[str, dict[str, str]] = Field(default_factory=dict)  # as --backend-config
+    server_id: str = "triton"  # the server metadata's "name" (tritonserver --id)
+    http_max_input_size: int = Field(default=DEFAULT_MAX_INPUT_SIZE, gt=0)  # as --http-max-input-size
+
+    @field_validator("model_repository", "models", mode="before")
+    @classmethod
+    def _split_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("deployment_options", "ingress_options", "backend_config", mode="before")
+    @classmethod
+    def _parse_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"expected a JSON object, got {value!r} ({error})") from None
+        return value
+
+    def options_for(self, model: str) -> dict[str, Any]:
+        """The Ray deployment options of ``model``'s deployment: ``"*"``'s, then its own."""
+        return {**self.deployment_options.get(EVERY_MODEL, {}), **self.deployment_options.get(model, {})}
+
+    def unknown_models(self, available: list[str]) -> list[str]:
+        """Names in ``models`` or ``deployment_options`` that no repository holds."""
+        named = set(self.models) | (set(self.deployment_options) - {EVERY_MODEL})
+        return sorted(named - set(available))
