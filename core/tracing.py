@@ -1,0 +1,422 @@
+"""Triton's request tracing: which requests are sampled, what their traces record, where the traces go.
+
+The model owner's ``Tracer`` holds the global and per-model trace settings and samples requests in
+``DataPlane.submit``. A sampled request carries a ``Trace`` (``request.trace``) that the data plane and
+the instance pool stamp with the core's timestamps (REQUEST_START, QUEUE_START, COMPUTE_*,
+REQUEST_END, already measured for statistics) and, at the TENSORS level, the tensors. A front-end
+notes its own timestamps (HTTP_RECV_*, HTTP_SEND_*, GRPC_*) in a ``FrontendTrace`` while tracing is
+armed, and hands them to the trace once its response is sent; a front-end process sends them over its
+channel. When every holder has let go, the trace goes to the trace file (triton mode) or to the
+OpenTelemetry exporter. With tracing off, a request costs an attribute check in its front-end and in
+``submit``, and an ``is None`` check in the instance pool and per response; nothing crosses the
+front-end channel.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import ServerError
+from .trace_settings import (OPENTELEMETRY_MODE, TRITON_MODE, SettingUpdate, SettingValues, TraceConfig, TraceLevel,
+                             invalid_reason, level_names, merged)
+
+if TYPE_CHECKING:
+    from .inference import InferenceRequest, InferenceResponse, Tensor
+    from .statistics import ComputeTiming
+    from .trace_otel import OpenTelemetryExporter
+
+log = logging.getLogger(__name__)
+
+TRACEPARENT = "traceparent"  # the W3C trace context header (HTTP) or metadata key (gRPC)
+Stamps = list[tuple[str, int]]  # (timestamp name, steady-clock ns), as time.monotonic_ns() gives them
+
+
+class FrontendTrace:
+    """A front-end's part of one request's trace, kept while tracing is armed: its timestamps and the
+    caller's ``traceparent``. If the model owner samples the request, it gives the function that takes
+    the timestamps (``report_to``); they go once the front-end is done (``finish``)."""
+
+    __slots__ = ("parent", "stamps", "finished", "_report")
+
+    def __init__(self, parent: str | None, first: str | None = None) -> None:
+        self.parent = parent or None
+        self.stamps: Stamps = [(first, time.monotonic_ns())] if first else []
+        self.finished = False
+        self._report: Callable[[Stamps], None] | None = None
+
+    def stamp(self, name: str) -> None:
+        self.stamps.append((name, time.monotonic_ns()))
+
+    def finish(self, last: str | None = None) -> None:
+        """The front-end is done with the request (a cancelled one too): stamp ``last``, report if sampled."""
+        if not self.finished:
+            self.finished = True
+            if last:
+                self.stamp(last)
+            self._deliver()
+
+    def report_to(self, report: Callable[[Stamps], None]) -> None:
+        """The request is traced: ``report`` takes the stamps once the front-end is done (at once if it is:
+        a front-end process learns this after the response, which a cancelled request may not wait for)."""
+        self._report = report
+        if self.finished:
+            self._deliver()
+
+    def _deliver(self) -> None:
+        report, self._report = self._report, None
+        if report is not None:
+            report(self.stamps)
+
+
+class TraceFile:
+    """The trace file: ``save`` appends traces to the JSON array in ``path`` (which is valid JSON after
+    every save), ``save_indexed`` writes them as the array in ``<path>.<n>``, n = 0, 1, ..."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._index = 0
+        self._started = False  # the first save truncates the file; later ones (even after close) append
+        self._handle: Any = None
+
+    def save(self, traces: str) -> None:
+        try:
+            if self._handle is None:
+                self._handle = open(self.path, "r+b" if self._started else "wb")
+            if self._started:
+                self._handle.seek(-1, 2)  # over the closing bracket
+                self._handle.write(b"," + traces.encode() + b"]")
+            else:
+                self._handle.write(b"[" + traces.encode() + b"]")
+                self._started = True
+            self._handle.flush()
+        except OSError as error:
+            log.error("failed creating trace file: %s", error)
+
+    def save_indexed(self, traces: str) -> None:
+        name = f"{self.path}.{self._index}"
+        self._index += 1
+        try:
+            with open(name, "w", encoding="utf-8") as file:
+                file.write("[" + traces + "]")
+        except OSError as error:
+            log.error("failed creating trace file: %s", error)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class TraceSetting:
+    """One trace setting in force (the global one or a model's), with its sampling state and the traces
+    collected under it that are not written yet. A changed setting is a new object; the old one writes
+    its remaining traces once the traces sampled under it are done (``retire``)."""
+
+    def __init__(self, values: SettingValues, specified: frozenset[str], mode: str, file: TraceFile) -> None:
+        self.level = values.level
+        self.rate = values.rate
+        self.count = values.count  # traces left to sample; -1: no limit
+        self.log_frequency = values.log_frequency
+        self.filename = values.file
+        self.specified = specified  # the fields this setting sets itself; the others mirror its fallback
+        self.mode = mode
+        self.file = file
+        self.invalid_reason = invalid_reason(values, mode)
+        self._seen = 0  # requests counted for the rate
+        self._collected = 0
+        self._in_flight = 0
+        self._retired = False
+        self._pending: list[str] = []  # written traces not yet saved to a file
+
+    @property
+    def values(self) -> SettingValues:
+        return SettingValues(self.level, self.rate, self.count, self.log_frequency, self.filename)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid_reason and self.count != 0
+
+    def sample(self, forced: bool) -> bool:
+        """Whether the next request is traced: every ``rate``-th while ``count`` lasts, or when ``forced``
+        (a propagated OpenTelemetry context), as Triton counts them."""
+        hit = False
+        if self.rate != 0:
+            if not self.valid and not forced:
+                return False
+            self._seen += 1
+            hit = self._seen % self.rate == 0
+            if hit and self.count > 0:
+                self.count -= 1
+            elif hit and self.count == 0:
+                hit = False
+        if hit or forced:
+            self._in_flight += 1
+            return True
+        return False
+
+    def collect(self, trace: str | None) -> None:
+        """A trace sampled under this setting is done (``trace``: its JSON records, None when exported
+        elsewhere). Saves to ``<file>.<n>`` when ``log_frequency`` traces are pending, or when the count
+        has run out and every sampled trace is in."""
+        self._in_flight -= 1
+        if trace:
+            self._pending.append(trace)
+            self._collected += 1
+            if ((self.count == 0 and self._collected == self._seen)
+                    or (self.log_frequency and len(self._pending) >= self.log_frequency)):
+                self.file.save_indexed(self._take())
+        if self._retired and self._in_flight == 0:
+            self._flush()
+
+    def retire(self) -> None:
+        """This setting was replaced: save what is pending once its in-flight traces are done."""
+        self._retired = True
+        if self._in_flight == 0:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            traces = self._take()
+            if self.log_frequency:
+                self.file.save_indexed(traces)
+            else:
+                self.file.save(traces)
+
+    def _take(self) -> str:
+        traces = ",".join(self._pending)
+        self._pending.clear()
+        return traces
+
+
+class Trace:
+    """The trace of one sampled request. Holders: the data plane until the final response, the instance
+    pool during each execution, and the front-end until its response is sent (``frontend_done``)."""
+
+    __slots__ = ("tracer", "setting", "id", "request", "parent", "stamps", "tensors", "holders",
+                 "awaits_frontend", "sampled_ns", "finished_ns", "timestamps", "with_tensors")
+
+    def __init__(self, tracer: Tracer, setting: TraceSetting, trace_id: int, request: InferenceRequest,
+                 parent: Any, awaits_frontend: bool) -> None:
+        self.tracer = tracer
+        self.setting = setting
+        self.id = trace_id
+        self.request = request  # for the model name, version and request id
+        self.parent = parent  # the caller's OpenTelemetry context, or None
+        self.timestamps = bool(setting.level & TraceLevel.TIMESTAMPS)  # what the level collects
+        self.with_tensors = bool(setting.level & TraceLevel.TENSORS) and tracer.exporter is None
+        self.stamps: Stamps = []
+        self.tensors: list[tuple[int, str]] = []  # (ns, TENSORS record)
+        self.holders = 2 if awaits_frontend else 1
+        self.awaits_frontend = awaits_frontend
+        self.sampled_ns = time.monotonic_ns()
+        self.finished_ns = 0
+        self.stamp("REQUEST_START", request.arrival_ns)
+
+    def stamp(self, name: str, ns: int) -> None:
+        if self.timestamps:
+            self.stamps.append((name, ns))
+
+    def queued(self, request: InferenceRequest) -> None:
+        """The data plane handed the request to its scheduler."""
+        self.stamp("QUEUE_START", request.enqueued_ns)
+        if self.with_tensors:
+            self._tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
+
+    def hold(self) -> None:
+        self.holders += 1
+
+    def computed(self, timing: ComputeTiming, end_ns: int) -> None:
+        """An execution of the request ended (the pool took a hold before it began)."""
+        input_end = timing.inputs_ready_ns if timing.inputs_ready_ns is not None else timing.start_ns
+        output_start = timing.outputs_ready_ns if timing.outputs_ready_ns is not None else end_ns
+        for name, ns in (("COMPUTE_START", timing.start_ns), ("COMPUTE_INPUT_END", input_end),
+                         ("COMPUTE_OUTPUT_START", output_start), ("COMPUTE_END", end_ns)):
+            self.stamp(name, ns)
+        self.release()
+
+    def responded(self, response: InferenceResponse | None, final: bool) -> None:
+        """A response left the backend; the final one ends the request."""
+        if response is not None and response.error is None and self.with_tensors:
+            self._tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
+        if final:
+            self.stamp("REQUEST_END", time.monotonic_ns())
+            self.release()
+
+    def frontend_done(self, stamps: Stamps) -> None:
+        """The front-end sent the response: its timestamps join the trace."""
+        if self.timestamps:
+            self.stamps.extend(stamps)
+        self.release()
+
+    def release(self) -> None:
+        self.holders -= 1
+        if self.holders == 0:
+            self.finished_ns = time.monotonic_ns()
+            self.tracer.finish(self)
+
+    def _tensors(self, activity: str, tensors: Any) -> None:
+        now = time.monotonic_ns()
+        self.tensors.extend((now, tensor_record(self.id, activity, tensor)) for tensor in tensors)
+
+    def ordered_stamps(self) -> Stamps:
+        """The timestamps in time order (the front-end's come in last); ties keep the order stamped."""
+        return sorted(self.stamps, key=lambda stamp: stamp[1])
+
+    def to_json(self) -> str:
+        """Triton's records for this trace, comma-separated, in time order: one per timestamp (the model
+        record just before REQUEST_START) and one per tensor."""
+        records = [(ns, index, f'{{"id":{self.id},"timestamps":[{{"name":"{name}","ns":{ns}}}]}}')
+                   for index, (name, ns) in enumerate(self.stamps)]
+        records += [(ns, len(self.stamps) + index, text) for index, (ns, text) in enumerate(self.tensors)]
+        if self.stamps:  # the first stamp is REQUEST_START
+            records.append((self.stamps[0][1], -1, self._model_record()))
+        return ",".join(text for _, _, text in sorted(records))
+
+    def _model_record(self) -> str:
+        request = self.request
+        version = request.model_version if request.model_version is not None else -1
+        text = f'{{"id":{self.id},"model_name":{json.dumps(request.model_name)},"model_version":{version}'
+        if request.id:
+            text += f',"request_id":{json.dumps(request.id)}'
+        return text + "}"
+
+
+def tensor_record(trace_id: int, activity: str, tensor: Tensor) -> str:
+    """Triton's TENSORS record: the elements, comma-separated (strings quoted; none for FP16/BF16)."""
+    flat = tensor.data.ravel()
+    datatype = tensor.datatype
+    if datatype in ("FP16", "BF16"):
+        data = ""
+    elif datatype == "BYTES":
+        data = ",".join('"' + (x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)) + '"' for x in flat)
+    elif datatype in ("FP32", "FP64"):
+        data = ",".join(format(x, "g") for x in flat.tolist())
+    elif datatype == "BOOL":
+        data = ",".join("1" if x else "0" for x in flat.tolist())
+    else:
+        data = ",".join(str(x) for x in flat.tolist())
+    shape = ",".join(str(dim) for dim in tensor.shape)
+    return (f'{{"id":{trace_id},"activity":"{activity}","tensor":{{"name":{json.dumps(tensor.name)},'
+            f'"data":{json.dumps(data)},"shape":"{shape}","dtype":"{datatype}"}}}}')
+
+
+class Tracer:
+    """The model owner's trace settings and sampler (Triton's TraceManager).
+
+    ``settings(model)`` and ``update(model, changes)`` serve the trace extension; ``sample(request)``
+    runs in ``DataPlane.submit``; ``armed`` says whether any setting traces at all (front-ends note
+    their timestamps only then); ``subscribe`` learns when it changes.
+    """
+
+    def __init__(self, config: TraceConfig | None = None) -> None:
+        self.config = config or TraceConfig()
+        self.mode = self.config.mode
+        self.file = TraceFile(self.config.file)
+        self.exporter: OpenTelemetryExporter | None = None
+        if self.mode == OPENTELEMETRY_MODE:  # imported only here: it needs the optional packages
+            from . import trace_otel
+            self.exporter = trace_otel.OpenTelemetryExporter(self.config)
+        start = self.config.values()
+        self._default = TraceSetting(start, frozenset(), self.mode, self.file)  # what a cleared global field takes
+        self._global = TraceSetting(start, frozenset(), self.mode, self.file)
+        self._models: dict[str, TraceSetting] = {}
+        self._ids = itertools.count(1)
+        self._subscribers: list[Callable[[bool], None]] = []
+        self.armed = bool(start.level)
+
+    # ---- the trace extension ----------------------------------------------------------------
+
+    def settings(self, model: str = "") -> dict[str, list[str]]:
+        """The settings in force for ``model`` (the global ones when it has none, or no model is named),
+        each as a list of strings, in Triton's order."""
+        setting = self._models.get(model, self._global)
+        found = {"trace_level": level_names(setting.level), "trace_rate": [str(setting.rate)],
+                 "trace_count": [str(setting.count)]}
+        if self.mode == TRITON_MODE:
+            found["log_frequency"] = [str(setting.log_frequency)]
+            found["trace_file"] = [setting.filename]
+        found["trace_mode"] = [self.mode]
+        for key, value in self.config.options:
+            if key not in ("file", "log-frequency"):
+                found.setdefault(key, []).append(value)
+        return found
+
+    def update(self, model: str, update: SettingUpdate) -> None:
+        """Apply a client's change to ``model``'s setting, or to the global one (and to every model
+        setting that mirrors some global field). Raises ServerError for a setting that cannot trace."""
+        self._update_one(model, update)
+        if not model:  # a model setting mirrors at least the global file, so each is made anew
+            for name in list(self._models):
+                self._update_one(name, {})
+        armed = any(setting.level for setting in (self._global, *self._models.values()))
+        if armed != self.armed:
+            self.armed = armed
+            for subscriber in self._subscribers:
+                subscriber(armed)
+
+    def _update_one(self, model: str, update: SettingUpdate) -> None:
+        current = self._models.get(model) if model else self._global
+        fallback = self._global if model else self._default
+        values, specified = merged(fallback.values, current.values if current else None,
+                                   current.specified if current else frozenset(), update)
+        if model and not specified:  # nothing of its own: the model follows the global setting
+            if current is not None:
+                del self._models[model]
+                current.retire()
+            return
+        setting = TraceSetting(values, specified, self.mode, self.file)
+        if not setting.valid and setting.level:
+            raise ServerError(f"Attempting to set invalid trace setting :{setting.invalid_reason}")
+        if model:
+            self._models[model] = setting
+        else:
+            self._global = setting
+        if current is not None:
+            current.retire()
+
+    def subscribe(self, subscriber: Callable[[bool], None]) -> None:
+        """Call ``subscriber(armed)`` whenever ``armed`` changes."""
+        self._subscribers.append(subscriber)
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def sample(self, request: InferenceRequest) -> None:
+        """Decide whether ``request`` is traced: afterwards ``request.trace`` is its Trace, or None.
+        Before, it may hold the front-end's FrontendTrace."""
+        frontend = request.trace
+        request.trace = None
+        if not self.armed:
+            return
+        setting = self._models.get(request.model_name, self._global) if self._models else self._global
+        parent = None
+        if self.exporter is not None and frontend is not None and frontend.parent and setting.level:
+            parent = self.exporter.parent_context(frontend.parent)
+        if not setting.sample(parent is not None):
+            return
+        if self.exporter is not None and setting.level & TraceLevel.TENSORS:
+            log.error("Tensor level tracing is not supported by the mode: opentelemetry")
+        trace = Trace(self, setting, next(self._ids), request, parent, frontend is not None)
+        if frontend is not None:
+            frontend.report_to(trace.frontend_done)
+        request.trace = trace
+
+    def finish(self, trace: Trace) -> None:
+        """Every holder let go of ``trace``: write it, or export it."""
+        if self.exporter is not None:
+            self.exporter.export(trace)
+            trace.setting.collect(None)
+        else:
+            trace.setting.collect(trace.to_json())
+
+    async def close(self) -> None:
+        """At shutdown: save every pending trace and flush the exporter."""
+        for setting in (self._global, *self._models.values()):
+            setting.retire()
+        self.file.close()
+        if self.exporter is not None:
+            await asyncio.to_thread(self.exporter.close)
