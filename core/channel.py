@@ -17,17 +17,24 @@ import numpy as np
 from .datatypes import BY_NAME, from_wire_bytes, to_wire_bytes
 from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from .tracing import FrontendTrace
 
 HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes
 
 # front-end -> owner
-REQUEST = 1  # meta: (model, version or -1, id, parameters, inputs, outputs, decoupled error or None)
+REQUEST = 1  # meta: (model, version or -1, id, parameters, inputs, outputs, decoupled error or None,
+#               None, or the caller's traceparent ("" for none) while the front-end notes trace timestamps)
 CANCEL = 2  # the request with this id was cancelled by its client
 CALL = 3  # meta: (method name, arguments): health, metadata and repository calls
 STARTED = 4  # meta: (error text or None,): the front-end bound its ports (or could not)
 # owner -> front-end
 RESPONSE = 5  # meta: (final, has response, error or None, parameters, outputs, model version)
 REPLY = 6  # meta: (ok, result, or (message, status name) when not ok)
+LOG_SETTINGS = 7  # meta: the log settings as a dict (LogSettings.as_dict()): log as they say from now on
+TRACED = 8  # the request with this id is traced: send its front-end timestamps back (TRACE_STAMPS)
+TRACE_ARMED = 9  # meta: (armed,): note trace timestamps for every request from now on, or stop
+# front-end -> owner, after its response
+TRACE_STAMPS = 10  # meta: [(name, ns), ...]: the front-end's timestamps for the traced request with this id
 
 Frame = tuple[int, int, Any, memoryview]
 
@@ -124,7 +131,9 @@ def encode_request(frame_id: int, request: InferenceRequest, decoupled_error: st
     inputs, blobs = _tensors(list(request.inputs.values()))
     outputs = [(output.name, output.parameters or None) for output in request.outputs]
     version = -1 if request.model_version is None else request.model_version
-    meta = (request.model_name, version, request.id, request.parameters or None, inputs, outputs, decoupled_error)
+    trace = None if request.trace is None else request.trace.parent or ""
+    meta = (request.model_name, version, request.id, request.parameters or None, inputs, outputs, decoupled_error,
+            trace)
     try:
         return encode(REQUEST, frame_id, meta, blobs)
     except ValueError:  # a parameter holds something marshal cannot write
@@ -132,12 +141,14 @@ def encode_request(frame_id: int, request: InferenceRequest, decoupled_error: st
 
 
 def decode_request(meta: Any, data: memoryview) -> tuple[InferenceRequest, str | None]:
-    model, version, request_id, parameters, inputs, outputs, decoupled_error = meta
+    model, version, request_id, parameters, inputs, outputs, decoupled_error, trace = meta
     request = InferenceRequest(
         model, None if version < 0 else version, id=request_id,
         inputs={tensor.name: tensor for tensor in _arrays(inputs, data)},
         outputs=[RequestedOutput(name, parameters or {}) for name, parameters in outputs],
         parameters=parameters or {})
+    if trace is not None:
+        request.trace = FrontendTrace(trace)
     return request, decoupled_error
 
 

@@ -12,11 +12,15 @@ from .errors import ServerError
 from .frontend_pool import default_process_count
 from .frontends import run_on_fast_loop
 from .http.serving import HTTP_SERVERS
+from .log_settings import FORMATS, LogSettings, apply_log_settings
 from .metrics import MetricsConfig, parse_metrics_config
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
+from .header_forwarding import forward_pattern_regex
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
+from .restricted import CATEGORIES, GRPC_HEADER_PREFIX, parse_restrictions
 from .server import Server, ServerOptions
+from .trace_settings import add_trace_flags, trace_config_from_args, warn_deprecated_trace_flags
 
 
 def _bool(text: str) -> bool:
@@ -59,6 +63,16 @@ def _frontend_count(text: str) -> int:
     return count
 
 
+def _poll_secs(text: str) -> int:
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0 or more), got '{text}'")
+    return seconds
+
+
 def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
     try:
         return parse_resource_flag(value)
@@ -69,22 +83,12 @@ def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
 # tritonserver 2.51 flags that mean nothing here, or are not built yet: accepted, each with one warning
 # naming it, so a Triton launch command line starts triton-serve unchanged. (group, flag, metavar, why)
 IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
-    ("Logging", "--log-info", "<boolean>", "not implemented yet: info logging is always on"),
-    ("Logging", "--log-warning", "<boolean>", "not implemented yet: warnings are always logged"),
-    ("Logging", "--log-error", "<boolean>", "not implemented yet: errors are always logged"),
-    ("Logging", "--log-format", "<string>", "not implemented yet: one log format"),
-    ("Logging", "--log-file", "<string>", "not implemented yet: the log goes to standard error"),
-    ("Model Repository", "--repository-poll-secs", "<integer>", "poll mode is not implemented yet"),
     ("Model Repository", "--model-load-thread-count", "<integer>", "models load concurrently on one event loop"),
     ("Model Repository", "--model-load-retry-count", "<integer>", "a failed load is not retried"),
     ("Model Repository", "--model-namespacing", "<boolean>", "model namespacing is not implemented"),
     ("Model Repository", "--enable-peer-access", "<boolean>", "no CUDA peer access is set up"),
-    ("HTTP", "--http-header-forward-pattern", "<string>", "header forwarding is not implemented yet"),
     ("HTTP", "--http-thread-count", "<integer>", "use --frontend-processes to serve on more cores"),
-    ("HTTP", "--http-restricted-api", "<string>:<string>=<string>", "restricted APIs are not implemented yet"),
-    ("GRPC", "--grpc-header-forward-pattern", "<string>", "header forwarding is not implemented yet"),
     ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
-    ("GRPC", "--grpc-restricted-protocol", "<string>:<string>=<string>", "restricted APIs are not implemented yet"),
     ("Sagemaker", "--allow-sagemaker", "<boolean>", "there is no SageMaker endpoint"),
     ("Sagemaker", "--sagemaker-port", "<integer>", "there is no SageMaker endpoint"),
     ("Sagemaker", "--sagemaker-safe-port-range", "<integer>-<integer>", "there is no SageMaker endpoint"),
@@ -93,7 +97,6 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Vertex", "--vertex-ai-port", "<integer>", "there is no Vertex AI endpoint"),
     ("Vertex", "--vertex-ai-thread-count", "<integer>", "there is no Vertex AI endpoint"),
     ("Vertex", "--vertex-ai-default-model", "<string>", "there is no Vertex AI endpoint"),
-    ("Tracing", "--trace-config", "<string>,<string>=<string>", "tracing is not implemented yet"),
     ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
     ("Repository Agent", "--repoagent-directory", "<string>", "repository agents are not supported"),
     ("Response Cache", "--cache-directory", "<string>", "caches are Python packages found through entry points"),
@@ -104,11 +107,6 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Memory and devices", "--buffer-manager-thread-count", "<integer>", "no buffer manager threads"),
     ("Memory and devices", "--host-policy", "<string>,<string>=<string>", "host policies are not supported"),
     ("Memory and devices", "--model-load-gpu-limit", "<device_id>:<fraction>", "GPU memory is not limited"),
-    ("DEPRECATED", "--trace-file", "<string>", "tracing is not implemented yet"),
-    ("DEPRECATED", "--trace-level", "<string>", "tracing is not implemented yet"),
-    ("DEPRECATED", "--trace-rate", "<integer>", "tracing is not implemented yet"),
-    ("DEPRECATED", "--trace-count", "<integer>", "tracing is not implemented yet"),
-    ("DEPRECATED", "--trace-log-frequency", "<integer>", "tracing is not implemented yet"),
 ]
 # Flags only triton-serve has.
 OWN_GROUP = "triton-serve"
@@ -130,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     server("--id", default="triton", help="the server's name in its metadata (default triton)")
     server("--exit-timeout-secs", type=int, default=30,
            help="seconds a graceful stop waits for in-flight requests (default 30)")
-    group("Logging").add_argument("--log-verbose", type=int, default=0, help="debug logging when > 0")
+    _add_log_flags(group("Logging"))
     repo = group("Model Repository").add_argument
     repo("--model-repository", "--model-store", dest="model_repositories", action="append", default=[],
          help="model repository path (repeatable); default: the example repository shipped with triton-serve")
@@ -138,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
          help="exit if a model fails to load at start-up (default false: serve the others)")
     repo("--disable-auto-complete-config", type=_bool, nargs="?", const=True, default=False)
     repo("--strict-readiness", type=_bool, nargs="?", const=True, default=True)
-    repo("--model-control-mode", choices=["none", "explicit"], default="none")
+    repo("--model-control-mode", choices=["none", "poll", "explicit"], default="none",
+         help="none: load every model at start-up; poll: also follow the repositories' changes; "
+              "explicit: load what --load-model and the load API ask for")
+    repo("--repository-poll-secs", type=_poll_secs, default=15, metavar="<integer>",
+         help="poll mode: seconds between polls of the model repositories (default 15; 0: no polling)")
     repo("--load-model", dest="load_models", action="append", default=[],
          help="model to load at start-up in explicit mode ('*' for all; repeatable)")
     repo("--model-config-name", default="")
@@ -151,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
             add(f"--reuse-{proto}-port", type=_bool, nargs="?", const=True, default=False,
                 help="let other processes bind the same port (SO_REUSEPORT)")
     _add_grpc_flags(group("GRPC"))
+    _add_access_flags(group("HTTP"), group("GRPC"))
     metrics = group("Metrics").add_argument
     metrics("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True,
             help="GPU metrics through nvidia-ml-py, where it is installed and a GPU is present (default true)")
@@ -171,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="execution_count: instances run only while they hold their rate_limiter resources")
     limiter("--rate-limit-resource", dest="rate_limit_resources", action="append", default=[],
             type=_rate_limit_resource, help="<name>:<count>[:<device>] (repeatable)")
+    add_trace_flags(group("Tracing"), group("DEPRECATED"))
     deprecated = group("DEPRECATED").add_argument
     deprecated("--strict-model-config", type=_bool, nargs="?", const=True, default=False)
     deprecated("--response-cache-byte-size", type=int, default=None,
@@ -197,6 +201,39 @@ def warn_ignored_flags(args: argparse.Namespace) -> None:
             log.warning("%s is accepted for tritonserver compatibility but has no effect: %s", name, why)
 
 
+def _verbose_level(text: str) -> int:
+    """--log-verbose: a level, or true (1) / false (0), as tritonserver reads it; below 0 is 0."""
+    value = text.strip().lower()
+    if value in ("true", "false"):
+        return int(value == "true")
+    try:
+        level = int(value)
+    except ValueError:
+        level = None
+    if level is None or level >= 2**31:
+        raise argparse.ArgumentTypeError(f"expected a verbose level (an int32), got '{text}'")
+    return max(0, level)
+
+
+def _add_log_flags(group: argparse._ArgumentGroup) -> None:
+    """Triton's logging flags; GET/POST /v2/logging reads and changes them while the server runs."""
+    flag = group.add_argument
+    flag("--log-verbose", type=_verbose_level, default=0, metavar="<integer>",
+         help="verbose logging level: 0 (default) none, 1 or more our DEBUG lines")
+    for level in ("info", "warning", "error"):
+        flag(f"--log-{level}", type=_bool, nargs="?", const=True, default=True, metavar="<boolean>",
+             help=f"write {level} lines (default true)")
+    flag("--log-format", choices=list(FORMATS), default="default",
+         help="default: 'I1123 02:30:00.123456 <pid> file.py:12] ...'; ISO8601: '2026-11-23T02:30:00Z I <pid> ...'")
+    flag("--log-file", default="", metavar="<string>", help="append the log to this file (default: standard error)")
+
+
+def log_settings_from_args(args: argparse.Namespace) -> LogSettings:
+    """The log settings the --log-* flags ask for."""
+    return LogSettings(log_file=args.log_file, log_info=args.log_info, log_warning=args.log_warning,
+                       log_error=args.log_error, log_verbose_level=args.log_verbose, log_format=args.log_format)
+
+
 def _add_grpc_flags(group: argparse._ArgumentGroup) -> None:
     """Triton's gRPC flags beyond port and address (times in milliseconds)."""
     flag = group.add_argument
@@ -210,6 +247,31 @@ def _add_grpc_flags(group: argparse._ArgumentGroup) -> None:
                  "http2-min-recv-ping-interval-without-data", "http2-max-ping-strikes", "max-connection-age",
                  "max-connection-age-grace"):
         flag(f"--grpc-{name}", type=int, default=getattr(defaults, name.replace("-", "_")))
+
+
+def _add_access_flags(http: argparse._ArgumentGroup, grpc: argparse._ArgumentGroup) -> None:
+    """Restricted APIs and header forwarding, per protocol (docs/access-control.md)."""
+    categories = ", ".join(CATEGORIES)
+    http.add_argument("--http-header-forward-pattern", metavar="<string>", default=None,
+                      help="request headers whose name matches this regular expression (any case unless it "
+                           "starts with (?-i)) are added to inference request parameters")
+    http.add_argument("--http-restricted-api", metavar="<string>:<string>=<string>", action="append", default=[],
+                      help=f"<apis>:<key>=<value>: these APIs answer 403 unless the request has header <key> "
+                           f"set to <value> (repeatable). APIs: {categories}")
+    grpc.add_argument("--grpc-header-forward-pattern", metavar="<string>", default=None,
+                      help="request metadata whose name matches this regular expression (any case unless it "
+                           "starts with (?-i)) is added to inference request parameters")
+    grpc.add_argument("--grpc-restricted-protocol", metavar="<string>:<string>=<string>", action="append",
+                      default=[], help=f"<protocols>:<key>=<value>: these RPCs fail with UNAVAILABLE unless the "
+                                       f"call has metadata {GRPC_HEADER_PREFIX}<key> set to <value> (repeatable). "
+                                       f"Protocols: {categories}")
+
+
+def _forward_pattern(pattern: str | None, flag: str) -> str | None:
+    """The pattern, once it is known to compile (a bad one is a start-up error naming the flag)."""
+    if pattern is not None:
+        forward_pattern_regex(pattern, flag)
+    return pattern
 
 
 def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
@@ -244,10 +306,19 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_model_config=args.strict_model_config,
         disable_auto_complete_config=args.disable_auto_complete_config or args.strict_model_config,
         model_control_mode=args.model_control_mode, load_models=args.load_models,
+        repository_poll_secs=args.repository_poll_secs,
         model_config_name=args.model_config_name, http_max_input_size=args.http_max_input_size,
         backend_config=backend_config, cache_config=cache_config, blocked_plugins=blocked,
         server_id=args.id, exit_timeout_secs=args.exit_timeout_secs, reuse_http_port=args.reuse_http_port,
-        reuse_grpc_port=args.reuse_grpc_port,
+        reuse_grpc_port=args.reuse_grpc_port, log_settings=log_settings_from_args(args),
+        http_restricted_api=parse_restrictions("--http-restricted-api", args.http_restricted_api, kind="api"),
+        grpc_restricted_protocol=parse_restrictions("--grpc-restricted-protocol", args.grpc_restricted_protocol,
+                                                    kind="protocol", header_prefix=GRPC_HEADER_PREFIX),
+        http_header_forward_pattern=_forward_pattern(args.http_header_forward_pattern,
+                                                     "--http-header-forward-pattern"),
+        grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern,
+                                                     "--grpc-header-forward-pattern"),
+        trace_config=trace_config_from_args(args),
         rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
 
 
@@ -300,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["plugins"]:
             return list_plugins(argv[1:])
         args = build_parser().parse_args(argv)
-        logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO,
-                            format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+        apply_log_settings(log_settings_from_args(args))
         warn_ignored_flags(args)
+        warn_deprecated_trace_flags(args)
         run_on_fast_loop(_run(options_from_args(args)))
     except ServerError as error:
         print(f"error: {error.message}", file=sys.stderr)

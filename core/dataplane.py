@@ -13,10 +13,14 @@ from .config import config_to_json
 from .datatypes import name_of_config_type
 from .errors import ServerError, Status, internal, unsupported
 from .inference import InferenceRequest, InferenceResponse
+from .load_overrides import parse_load_parameters
+from .log_settings import LogControl
 from .protos.model_config_pb2 import ModelConfig
 from .repository import ModelRepository, ModelVersion
 from .shared_memory import SharedMemoryRegistry
 from .shared_memory_tensors import SharedMemoryLease, detached
+from .trace_settings import SettingUpdate
+from .tracing import Tracer
 
 
 
@@ -32,8 +36,13 @@ class DataPlane:
 
     def __init__(self, repository: ModelRepository, *, strict_readiness: bool = True,
                  extensions: list[str] | None = None, cache: ResponseCache | None = None,
-                 control_mode: str = "none", server_id: str = "triton") -> None:
+                 control_mode: str = "none", server_id: str = "triton",
+                 log_control: LogControl | None = None, tracer: Tracer | None = None) -> None:
         self.repository = repository
+        self.tracer = tracer or Tracer()
+        self.trace_armed = self.tracer.armed  # front-ends note their trace timestamps only while True
+        self.tracer.subscribe(self._arm_tracing)
+        self.log_control = log_control or LogControl()
         self.server_id = server_id  # the metadata's "name" (tritonserver --id)
         self.control_mode = control_mode
         self.strict_readiness = strict_readiness
@@ -107,6 +116,8 @@ class DataPlane:
         request.model_version = found.version
         stats = found.stats
         lease = SharedMemoryLease.take(self.shared_memory, request)
+        if request.trace is not None or self.trace_armed:
+            self.tracer.sample(request)
         try:
             route.validate(request)
             key = self._cache_key(found, request) if self.cache is not None and route.cacheable else None
@@ -119,18 +130,24 @@ class DataPlane:
                         cached = lease.write_outputs(cached)
                         lease.release()
                     stats.record_end(request.arrival_ns, cached.error is None)
+                    if request.trace is not None:
+                        request.trace.responded(None, True)
                     request.send(cached)
                     return
             if found.scheduler is None:
                 raise internal(f"model '{request.model_name}' version {found.version} has no scheduler")
             request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key, lease))
             request.enqueued_ns = time.monotonic_ns()
+            if request.trace is not None:
+                request.trace.queued(request)
             found.scheduler.enqueue(request)
             stats.enqueued += 1
         except ServerError as error:
             stats.record_end(request.arrival_ns, False, failure_reason(error.status, in_backend=False))
             if lease is not None:
                 lease.release()
+            if request.trace is not None:
+                request.trace.responded(None, True)
             raise
 
     async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
@@ -186,30 +203,51 @@ class DataPlane:
 
     # ---- repository -------------------------------------------------------------------------
 
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return await self.repository.index(ready_only)
+    async def repository_index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
+        """The index of every repository, or of those named ``repository``."""
+        return await self.repository.index(ready_only, repository)
 
     def _check_explicit(self) -> None:
         if self.control_mode != "explicit":
             raise ServerError("explicit model load / unload is not allowed if polling is enabled",
                               Status.UNAVAILABLE)
 
-    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
-        """Load or reload a model (explicit mode only); raise with the reason if it fails."""
+    async def load_model(self, name: str, parameters: dict[str, Any], repository: str = "") -> None:
+        """Load or reload a model (explicit mode only), with the ``config`` / ``file:`` overrides in
+        ``parameters`` (file contents as bytes); raise with the reason if it fails."""
         self._check_explicit()
-        overrides = [key for key in parameters if key == "config" or key.startswith("file:")]
-        if overrides:
-            raise unsupported(f"load parameter(s) {overrides} (config and file overrides) are not supported yet")
-        model = await self.repository.load(name)
-        if model.error:
-            raise ServerError(model.error)
-        failed = [v for v in model.versions.values() if not v.is_ready()]
-        if failed:
-            raise ServerError(f"failed to load '{name}' version {failed[0].version}: {failed[0].reason}")
+        override = parse_load_parameters(name, parameters)
+        failure = (await self.repository.load(name, override, repository)).failure()
+        if failure:
+            raise ServerError(failure)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False, repository: str = "") -> None:
+        """Unload a model (explicit mode only) and, with ``unload_dependents``, the models using it."""
         self._check_explicit()
-        await self.repository.unload(name)
+        await self.repository.unload(name, unload_dependents=unload_dependents, repository=repository)
+
+    # ---- logging ----------------------------------------------------------------------------
+
+    async def log_settings(self) -> dict[str, Any]:
+        return self.log_control.settings.as_dict()
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change the named log settings in every process of the server (all or none); the settings now."""
+        return self.log_control.update(changes).as_dict()
+
+    # ---- tracing ----------------------------------------------------------------------------
+
+    async def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> dict[str, list[str]]:
+        """Triton's trace extension: apply ``update`` (when given) to the model's or the global trace
+        setting, then return the settings in force, each as a list of strings."""
+        if model_name and not await self.model_ready(model_name):
+            raise ServerError(f"Request for unknown model : {model_name}")
+        if update is not None:
+            self.tracer.update(model_name, update)
+        return self.tracer.settings(model_name)
+
+    def _arm_tracing(self, armed: bool) -> None:
+        self.trace_armed = armed
 
 
 def failure_reason(status: Status, *, in_backend: bool) -> str:
@@ -252,6 +290,8 @@ class _ResponseFinisher:
 
     def __call__(self, request: InferenceRequest, response: InferenceResponse | None,
                  final: bool) -> InferenceResponse | None:
+        if request.trace is not None:
+            request.trace.responded(response, final)
         if response is not None:
             if response.error is None:
                 try:

@@ -18,6 +18,8 @@ from .errors import ServerError, internal, unavailable
 from .frontends import FrontendOptions
 from .http.serving import listen_socket
 from .inference import InferenceRequest, InferenceResponse
+from .log_settings import LogSettings
+from .tracing import Trace
 
 log = logging.getLogger("triton_serve.frontend")
 
@@ -27,7 +29,7 @@ RESTART_DELAY_S = 0.5
 CALLS = {"live", "server_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
          "model_config_json", "is_decoupled", "model_statistics", "repository_index", "load_model",
          "unload_model", "register_system_shared_memory", "register_cuda_shared_memory", "shared_memory_status",
-         "unregister_shared_memory"}
+         "unregister_shared_memory", "log_settings", "update_log_settings", "trace_setting"}
 
 
 def default_process_count() -> int:
@@ -46,12 +48,15 @@ class _Endpoint(asyncio.Protocol):
         self.started = started
         self.requests: dict[int, InferenceRequest] = {}
         self.served = 0  # requests received over this channel
+        self.traces: dict[int, Trace] = {}  # answered traced requests, until their front-end timestamps come
         self._reader = channel.FrameReader()
         self._writer: channel.FrameWriter | None = None
         self._calls: set[asyncio.Task[None]] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._writer = channel.FrameWriter(transport)  # type: ignore[arg-type]
+        if self.dataplane.trace_armed:
+            self.send_trace_armed(True)
 
     def data_received(self, data: bytes) -> None:
         for kind, frame_id, meta, payload in self._reader.feed(data):
@@ -65,6 +70,10 @@ class _Endpoint(asyncio.Protocol):
                 task = asyncio.get_running_loop().create_task(self._answer_call(frame_id, *meta))
                 self._calls.add(task)
                 task.add_done_callback(self._calls.discard)
+            elif kind == channel.TRACE_STAMPS:
+                trace = self.traces.pop(frame_id, None)
+                if trace is not None:
+                    trace.frontend_done(meta)
             elif kind == channel.STARTED and not self.started.done():
                 self.started.set_result(meta[0])
 
@@ -74,12 +83,30 @@ class _Endpoint(asyncio.Protocol):
             request.cancel()
         for task in self._calls:
             task.cancel()
+        for trace in self.traces.values():
+            trace.frontend_done([])
+        self.traces.clear()
         if not self.started.done():
             self.started.set_result("the front-end process exited before it started serving")
 
     def _write(self, frame: bytes) -> None:
         if self._writer is not None and not self._writer.closed:
             self._writer.write(frame)
+
+    def send_trace_armed(self, armed: bool) -> None:
+        """Have the process note trace timestamps for its requests (or stop)."""
+        self._write(channel.encode(channel.TRACE_ARMED, 0, (armed,)))
+
+    def _ask_trace_stamps(self, request_id: int, trace: Any) -> None:
+        """A traced request is answered: have its front-end send its timestamps (asked before the answer
+        goes, so that the front-end knows when it sends it)."""
+        if not isinstance(trace, Trace) or not trace.awaits_frontend:
+            return
+        if self._writer is None or self._writer.closed:
+            trace.frontend_done([])
+            return
+        self.traces[request_id] = trace
+        self._writer.write(channel.encode(channel.TRACED, request_id, None))
 
     def _start_request(self, request_id: int, meta: Any, payload: memoryview) -> None:
         try:
@@ -92,6 +119,8 @@ class _Endpoint(asyncio.Protocol):
         def sink(response: InferenceResponse | None, final: bool) -> None:
             if final:
                 self.requests.pop(request_id, None)
+                if request.trace is not None:
+                    self._ask_trace_stamps(request_id, request.trace)
             self._write(channel.encode_response(request_id, response, final, request.model_version))
 
         request.set_sink(sink)
@@ -101,6 +130,7 @@ class _Endpoint(asyncio.Protocol):
             self.dataplane.submit(request, decoupled_error=decoupled_error)
         except ServerError as error:
             self.requests.pop(request_id, None)
+            self._ask_trace_stamps(request_id, request.trace)
             self._write(channel.encode_response(request_id, InferenceResponse.from_error(error), True,
                                                 request.model_version))
 
@@ -136,11 +166,13 @@ class _FrontendProcess:
         loop = asyncio.get_running_loop()
         owner_end, frontend_end = socket.socketpair()
         started: asyncio.Future[str | None] = loop.create_future()
+        log_control = self.pool.dataplane.log_control
+        log_settings = log_control.settings
         try:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "triton_serve.frontend_process", str(frontend_end.fileno()),
-                json.dumps(self.pool.options.to_dict()), pass_fds=(frontend_end.fileno(),),
-                stdin=subprocess.DEVNULL)
+                json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
+                pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
             self.endpoint = _Endpoint(self.pool.dataplane, started)
             await loop.create_unix_connection(lambda: self.endpoint, sock=owner_end)  # type: ignore[arg-type,return-value]
         except BaseException:
@@ -148,6 +180,8 @@ class _FrontendProcess:
             raise
         finally:
             frontend_end.close()
+        if log_control.settings != log_settings:  # changed while the process started
+            self.send_log_settings(log_control.settings)
         self.watcher = loop.create_task(self._watch(self.process))
         try:
             return await asyncio.wait_for(started, START_TIMEOUT_S)
@@ -167,6 +201,11 @@ class _FrontendProcess:
                 return
             log.error("front-end process %d could not be restarted: %s", self.index, error)
             await asyncio.sleep(RESTART_DELAY_S * 10)
+
+    def send_log_settings(self, settings: LogSettings) -> None:
+        """Have the process log as ``settings`` say from now on."""
+        if self.endpoint is not None:
+            self.endpoint._write(channel.encode(channel.LOG_SETTINGS, 0, settings.as_dict()))
 
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -198,6 +237,17 @@ class FrontendPool:
         self.options = options
         self.processes = [_FrontendProcess(self, index) for index in range(count)]
         self.stopping = False
+        dataplane.log_control.subscribe(self._send_log_settings)
+        dataplane.tracer.subscribe(self._send_trace_armed)
+
+    def _send_log_settings(self, settings: LogSettings) -> None:
+        for process in self.processes:
+            process.send_log_settings(settings)
+
+    def _send_trace_armed(self, armed: bool) -> None:
+        for process in self.processes:
+            if process.endpoint is not None:
+                process.endpoint.send_trace_armed(armed)
 
     async def start(self) -> None:
         self._check_ports_free()

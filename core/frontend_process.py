@@ -1,10 +1,11 @@
-"""A front-end process, ``python -m triton_serve.frontend_process <fd> <options JSON>``: it accepts HTTP
-and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner over a
-channel (``channel.py``), through ``RemoteDataPlane``, which offers the front-ends the data
-plane's methods."""
+"""A front-end process, ``python -m triton_serve.frontend_process <fd> <options JSON> <log settings JSON>``:
+it accepts HTTP and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner
+over a channel (``channel.py``), through ``RemoteDataPlane``, which offers the front-ends the data plane's
+methods; it logs as the owner's log settings say (``channel.LOG_SETTINGS`` brings each change)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -18,7 +19,10 @@ from .dataplane import serve_one
 from .errors import ServerError, unavailable
 from .frontends import FrontendOptions, Frontends, run_on_fast_loop
 from .inference import InferenceRequest, InferenceResponse
+from .log_settings import LogSettings, apply_log_settings
 from .protos.model_config_pb2 import ModelConfig
+from .trace_settings import SettingUpdate
+from .tracing import Stamps
 
 log = logging.getLogger("triton_serve.frontend")
 
@@ -41,6 +45,7 @@ class RemoteDataPlane:
 
     def __init__(self) -> None:
         self.accepting = True
+        self.trace_armed = False  # the owner says whether to note trace timestamps (channel.TRACE_ARMED)
         self.lost = asyncio.Event()  # the owner went away
         self._writer: channel.FrameWriter | None = None
         self._ids = itertools.count(1)
@@ -95,14 +100,14 @@ class RemoteDataPlane:
     async def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
         return await self._call("model_statistics", name, version)
 
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        return await self._call("repository_index", ready_only)
+    async def repository_index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
+        return await self._call("repository_index", ready_only, repository)
 
-    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
-        await self._call("load_model", name, parameters)
+    async def load_model(self, name: str, parameters: dict[str, Any], repository: str = "") -> None:
+        await self._call("load_model", name, parameters, repository)  # file contents cross as bytes
 
-    async def unload_model(self, name: str) -> None:
-        await self._call("unload_model", name)
+    async def unload_model(self, name: str, unload_dependents: bool = False, repository: str = "") -> None:
+        await self._call("unload_model", name, unload_dependents, repository)
 
     async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
         await self._call("register_system_shared_memory", name, key, offset, byte_size)
@@ -116,6 +121,15 @@ class RemoteDataPlane:
 
     async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
         await self._call("unregister_shared_memory", kind, name)
+
+    async def log_settings(self) -> dict[str, Any]:
+        return await self._call("log_settings")
+
+    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("update_log_settings", changes)
+
+    async def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> dict[str, list[str]]:
+        return await self._call("trace_setting", model_name, update)
 
     # ---- inference ------------------------------------------------------------------------------
 
@@ -152,6 +166,18 @@ class RemoteDataPlane:
                     future.set_result(value)
                 else:
                     future.set_exception(channel.decode_error(value))
+        elif kind == channel.LOG_SETTINGS:
+            apply_log_settings(LogSettings(**meta))
+        elif kind == channel.TRACED:
+            request = self._requests.get(frame_id)
+            if request is not None and request.trace is not None:
+                request.trace.report_to(functools.partial(self._send_trace_stamps, frame_id))
+        elif kind == channel.TRACE_ARMED:
+            self.trace_armed = meta[0]
+
+    def _send_trace_stamps(self, request_id: int, stamps: Stamps) -> None:
+        if self._writer is not None and not self._writer.closed:
+            self._writer.write(channel.encode(channel.TRACE_STAMPS, request_id, stamps))
 
     def _on_disconnect(self) -> None:
         gone = unavailable("the model owner process is gone; the server is shutting down")
@@ -190,7 +216,7 @@ async def run(fd: int, options: FrontendOptions) -> int:
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    apply_log_settings(LogSettings(**json.loads(argv[3])))
     options = FrontendOptions.from_dict(json.loads(argv[2]))
     return run_on_fast_loop(run(int(argv[1]), options))
 

@@ -10,6 +10,8 @@ from typing import Any
 from .grpc_frontend.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
+from .header_forwarding import header_forwarder
+from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
 
 
 @dataclass
@@ -23,11 +25,15 @@ class FrontendOptions:
     http_server: str = "uvicorn"  # or "hypercorn"
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
     reuse_http_port: bool = False  # --reuse-http-port: other processes may bind the port too
+    http_restricted_api: Restrictions = field(default_factory=dict)
+    http_header_forward_pattern: str | None = None  # None: forward no header
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_grpc: bool = True
     reuse_grpc_port: bool = False
     grpc_options: GrpcOptions = field(default_factory=GrpcOptions)
+    grpc_restricted_protocol: Restrictions = field(default_factory=dict)
+    grpc_header_forward_pattern: str | None = None
     exit_timeout_secs: float = GRACEFUL_TIMEOUT_S  # how long a graceful stop waits for in-flight requests
 
     def to_dict(self) -> dict[str, Any]:
@@ -35,7 +41,9 @@ class FrontendOptions:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FrontendOptions:
-        return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"])})
+        return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"]),
+                      "http_restricted_api": restrictions_from_json(values["http_restricted_api"]),
+                      "grpc_restricted_protocol": restrictions_from_json(values["grpc_restricted_protocol"])})
 
 
 class Frontends:
@@ -54,13 +62,17 @@ class Frontends:
 
     async def start(self) -> None:
         options = self.options
+        http_forwarder = header_forwarder(options.http_header_forward_pattern, "--http-header-forward-pattern")
+        grpc_forwarder = header_forwarder(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
         http_socket = None
         if options.allow_http:  # bind first: a taken port fails the start before anything serves
             http_socket = listen_socket(options.http_address, options.http_port,
                                         reuse_port=self.reuse_port or options.reuse_http_port)
         if options.allow_grpc:
             grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
-                                         reuse_port=self.reuse_port or options.reuse_grpc_port)
+                                         reuse_port=self.reuse_port or options.reuse_grpc_port,
+                                         interceptors=grpc_interceptors(options.grpc_restricted_protocol),
+                                         header_forwarder=grpc_forwarder)
             try:
                 await grpc_frontend.start()
             except BaseException:
@@ -69,7 +81,8 @@ class Frontends:
                 raise
             self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
         if http_socket is not None:
-            app = HttpFrontend(self.api, options.http_max_input_size).app()
+            app = restrict_http(HttpFrontend(self.api, options.http_max_input_size,
+                                             header_forwarder=http_forwarder).app(), options.http_restricted_api)
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server,
                                                               self._stopping, options.exit_timeout_secs)))
 

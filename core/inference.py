@@ -72,8 +72,8 @@ class InferenceRequest:
     __slots__ = (
         "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
         "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled", "arrival_ns",
-        "enqueued_ns", "response_gate", "on_cancel", "_finished", "_filter", "_sink", "_pending", "_waiter",
-        "_held",
+        "enqueued_ns", "response_gate", "on_cancel", "trace", "_finished", "_filter", "_sink", "_pending",
+        "_waiter", "_held",
     )
 
     def __init__(
@@ -105,6 +105,9 @@ class InferenceRequest:
         self.response_gate: asyncio.Future[None] | None = None
         # Called once by ``cancel`` (a front-end process forwards the cancellation to the model owner).
         self.on_cancel: Callable[[], None] | None = None
+        # A front-end's FrontendTrace while tracing is armed; from DataPlane.submit on, the request's
+        # Trace when it was sampled, else None (triton_serve.tracing).
+        self.trace: Any = None
         self._finished = False
         self._filter: ResponseFilter | None = None
         self._sink: ResponseSink | None = None

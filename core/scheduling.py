@@ -117,6 +117,9 @@ class InstancePool:
             await self.run(instance, requests)
 
     async def _execute(self, instance: ModelInstance, requests: list[InferenceRequest]) -> None:
+        traces = [request.trace for request in requests if request.trace is not None]
+        for trace in traces:  # held until the compute timestamps are in, whenever the responses go
+            trace.hold()
         timing, token = start_timing()
         try:
             responses = await instance.execute(requests)
@@ -133,9 +136,12 @@ class InstancePool:
                 responses = None
         finally:
             stop_timing(token)
+            end_ns = time.monotonic_ns()
+            for trace in traces:
+                trace.computed(timing, end_ns)
         if failure is None:
             sizes = [request_batch_size(request, self.model.config) for request in requests]
-            self.stats.record_execution(sizes, timing, time.monotonic_ns())
+            self.stats.record_execution(sizes, timing, end_ns)
         if responses is not None:
             for request, response in zip(requests, responses):
                 if not request.finished:

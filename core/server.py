@@ -13,18 +13,24 @@ from .frontend_pool import FrontendPool
 from .frontends import FrontendOptions, Frontends
 from .grpc_frontend.server import GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE
+from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
 from .pluginhost import PluginHost
+from .polling import RepositoryPoller
 from .ratelimit import RateLimiter
 from .repository import ModelRepository, RepositoryOptions
+from .restricted import Restrictions
+from .trace_settings import TraceConfig
+from .tracing import Tracer
 
 log = logging.getLogger("triton_serve")
 
 # Extensions the core serves itself; the list in server metadata holds only what works
 # (cuda_shared_memory too, as in Triton's CPU builds: without a GPU, registering a region says so).
-CORE_EXTENSIONS = ["classification", "model_repository", "model_configuration", "system_shared_memory",
-                   "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics"]
+CORE_EXTENSIONS = ["classification", "model_repository", "model_repository(unload_dependents)",
+                   "model_configuration", "system_shared_memory",
+                   "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace", "logging"]
 # Extensions that exist once a plugin registers the scheduler behind them.
 SCHEDULER_EXTENSIONS = {"dynamic_batching": "schedule_policy", "sequence_batching": "sequence"}
 EXAMPLE_REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_repository"
@@ -57,7 +63,8 @@ class ServerOptions:
     strict_readiness: bool = True
     strict_model_config: bool = False
     disable_auto_complete_config: bool = False
-    model_control_mode: str = "none"
+    model_control_mode: str = "none"  # none, explicit or poll
+    repository_poll_secs: float = 15  # poll mode: seconds between polls; 0: poll only at start-up
     load_models: list[str] = field(default_factory=list)
     model_config_name: str = ""
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
@@ -71,6 +78,14 @@ class ServerOptions:
     exit_timeout_secs: int = 30  # how long a graceful stop waits for in-flight requests
     reuse_http_port: bool = False
     reuse_grpc_port: bool = False
+    # --http-restricted-api / --grpc-restricted-protocol: category -> (header, value); see docs/access-control.md
+    http_restricted_api: Restrictions = field(default_factory=dict)
+    grpc_restricted_protocol: Restrictions = field(default_factory=dict)
+    http_header_forward_pattern: str | None = None  # None: no header becomes a request parameter
+    grpc_header_forward_pattern: str | None = None
+    # --log-*: what /v2/logging reports at start; the CLI applies them to the process (apply_log_settings)
+    log_settings: LogSettings = field(default_factory=LogSettings)
+    trace_config: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (docs/tracing.md)
 
     def frontend_options(self) -> FrontendOptions:
         return FrontendOptions(
@@ -78,7 +93,10 @@ class ServerOptions:
             http_server=self.http_server, http_max_input_size=self.http_max_input_size,
             grpc_address=self.grpc_address, grpc_port=self.grpc_port, allow_grpc=self.allow_grpc,
             grpc_options=self.grpc_options, exit_timeout_secs=self.exit_timeout_secs,
-            reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port)
+            reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port,
+            http_restricted_api=self.http_restricted_api, grpc_restricted_protocol=self.grpc_restricted_protocol,
+            http_header_forward_pattern=self.http_header_forward_pattern,
+            grpc_header_forward_pattern=self.grpc_header_forward_pattern)
 
 
 class Server:
@@ -100,7 +118,9 @@ class Server:
                                         if self.plugins.schedulers.get(kind) is not None]
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
                                    extensions=extensions, cache=self._make_cache(),
-                                   control_mode=options.model_control_mode, server_id=options.server_id)
+                                   control_mode=options.model_control_mode, server_id=options.server_id,
+                                   log_control=LogControl(options.log_settings),
+                                   tracer=Tracer(options.trace_config))
         self.dataplane.accepting = False  # not ready until every front-end serves
         self.frontends: Frontends | FrontendPool | None = None
         self.metrics: MetricsEndpoint | None = None
@@ -109,6 +129,9 @@ class Server:
                 self.repository, options.metrics_config, address=options.metrics_address, port=options.metrics_port,
                 cache_enabled=self.dataplane.cache is not None, cpu=options.allow_cpu_metrics,
                 gpu=options.allow_gpu_metrics, interval_ms=options.metrics_interval_ms)
+        self.poller: RepositoryPoller | None = None
+        if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
+            self.poller = RepositoryPoller(self.repository, options.repository_poll_secs)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
 
@@ -136,6 +159,7 @@ class Server:
                 raise
         if not (options.allow_http or options.allow_grpc):
             self.dataplane.accepting = True
+            self._start_polling()
             return
         if options.frontend_processes > 0:
             self.frontends = FrontendPool(self.dataplane, options.frontend_options(), options.frontend_processes)
@@ -151,16 +175,21 @@ class Server:
             await self.repository.shutdown()
             raise
         self.dataplane.accepting = not self._stopping.is_set()
+        self._start_polling()
+
+    def _start_polling(self) -> None:
+        if self.poller is not None and not self._stopping.is_set():
+            self.poller.start()
 
     async def _load_initial_models(self) -> None:
         mode = self.options.model_control_mode
         if mode == "explicit":
             wanted = self.options.load_models
             names = await self.repository.model_names() if "*" in wanted else wanted
-        elif mode == "none":
+        elif mode in ("none", "poll"):
             names = await self.repository.model_names()
         else:
-            raise ServerError(f"--model-control-mode={mode} is not supported; use none or explicit")
+            raise ServerError(f"--model-control-mode={mode} is not supported; use none, explicit or poll")
         models = await asyncio.gather(*(self.repository.load(name) for name in names))
         failed = [m.name for m in models if not m.is_ready()]
         if failed:
@@ -184,8 +213,11 @@ class Server:
             await self.frontends.wait_stopped()
         if self.metrics is not None:
             await self.metrics.stop()
+        if self.poller is not None:
+            await self.poller.stop()
         await self.repository.shutdown()
         self.dataplane.shared_memory.close()
+        await self.dataplane.tracer.close()
         self.dataplane.is_live = False
         self._stopped.set()
 

@@ -115,19 +115,6 @@ def test_unknown_model_and_version(client) -> None:  # type: ignore[no-untyped-d
     assert "version string 'one'" in raised.value.message()
 
 
-@pytest.mark.parametrize(("call", "extension"), [
-    ("get_trace_settings", "trace"),
-    ("get_log_settings", "logging"),
-])
-def test_features_not_built_are_unimplemented(client, call: str,  # type: ignore[no-untyped-def]
-                                               extension: str) -> None:
-    with pytest.raises(InferenceServerException) as raised:
-        getattr(client, call)()
-    assert raised.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert f"'{extension}' extension" in raised.value.message()
-    assert extension not in client.get_server_metadata().extensions
-
-
 # ---- model repository ------------------------------------------------------------------------
 
 def test_repository_index_load_and_unload(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
@@ -155,10 +142,10 @@ def test_load_needs_explicit_mode(client) -> None:  # type: ignore[no-untyped-de
     assert raised.value.message() == "explicit model load / unload is not allowed if polling is enabled"
 
 
-def test_named_repository_is_unsupported(stub) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_repository_name_is_not_found(stub) -> None:  # type: ignore[no-untyped-def]
     error = _rpc_error(stub.RepositoryIndex, service_pb2.RepositoryIndexRequest(repository_name="other"))
-    assert error.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert error.details() == "'repository_name' specification is not supported"
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert error.details() == "model repository 'other' not found; the repositories are: 'models'"
 
 
 # ---- inference -------------------------------------------------------------------------------

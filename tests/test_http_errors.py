@@ -146,5 +146,5 @@ def test_failed_model_and_model_errors(url: str) -> None:
 def test_routing_errors(url: str) -> None:
     assert_error(httpx.get(url + "/v2/nothing/here"), 404, "Not Found")
     assert_error(httpx.get(url + "/v2/models/add_sub/infer"), 405, "Method Not Allowed")
-    assert_error(post(url, "/v2/repository/other/index", {}), 501,
-                 "'repository_name' specification is not supported")
+    assert_error(post(url, "/v2/repository/other/index", {}), 404,
+                 "model repository 'other' not found; the repositories are: 'models'")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import grpc
 
 from ..dataplane import DataPlane
 from ..errors import ServerError, unavailable
+from ..header_forwarding import HeaderForwarder
 from ..protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 from ..protos.health_pb2_grpc import add_HealthServicer_to_server
 from .health import HealthCheckServicer
@@ -90,7 +92,8 @@ class GrpcFrontend:
     """The gRPC front-end on the server's event loop: ``await start()`` binds and serves, ``await stop()``."""
 
     def __init__(self, dataplane: DataPlane, address: str, port: int, options: GrpcOptions, *,
-                 reuse_port: bool = False) -> None:
+                 reuse_port: bool = False, interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                 header_forwarder: HeaderForwarder | None = None) -> None:
         if options.infer_response_compression_level not in COMPRESSION_LEVELS:
             raise ServerError(f"invalid --grpc-infer-response-compression-level "
                               f"'{options.infer_response_compression_level}'; use none, low, medium or high")
@@ -98,6 +101,8 @@ class GrpcFrontend:
         self.target = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         self.options = options
         self.reuse_port = reuse_port
+        self.interceptors = interceptors
+        self.header_forwarder = header_forwarder
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -105,8 +110,8 @@ class GrpcFrontend:
         arguments = channel_arguments(self.options)
         if self.reuse_port:  # several front-end processes accept on this port
             arguments = [(key, 1 if key == "grpc.so_reuseport" else value) for key, value in arguments]
-        server = grpc.aio.server(options=arguments)
-        add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.dataplane), server)
+        server = grpc.aio.server(options=arguments, interceptors=self.interceptors)
+        add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.dataplane, self.header_forwarder), server)
         add_HealthServicer_to_server(HealthCheckServicer(self.dataplane), server)
         try:
             if credentials is None:

@@ -11,9 +11,12 @@ import grpc
 from google.protobuf import json_format
 
 from ..dataplane import DataPlane
-from ..errors import ServerError, unsupported
+from ..errors import ServerError
+from ..header_forwarding import HeaderForwarder
 from ..protos import grpc_service_pb2 as pb
 from ..protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
+from ..trace_settings import update_from_grpc
+from ..tracing import TRACEPARENT, FrontendTrace
 from .codec import decode_request, encode_response, params_from_proto, parse_version
 from .status import GRPC_CODE
 from .stream import InferStream
@@ -29,6 +32,7 @@ def _rpc(handler: _Handler[_Response]) -> _Handler[_Response]:
     """End the call with the mapped status when the handler raises ServerError (INTERNAL for a bug)."""
     @functools.wraps(handler)
     async def call(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _Response:
+        log.debug("gRPC request: %s", handler.__name__)  # a verbose line (--log-verbose), as Triton's
         try:
             return await handler(self, request, context)
         except ServerError as error:
@@ -40,26 +44,38 @@ def _rpc(handler: _Handler[_Response]) -> _Handler[_Response]:
     return call
 
 
-def _not_built(rpc: str, extension: str) -> _Handler[Any]:
-    """An RPC whose feature triton-serve does not have yet: UNIMPLEMENTED, naming the extension."""
-    async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            f"{rpc} is not supported yet: triton-serve does not implement the "
-                            f"'{extension}' extension")
-    handler.__name__ = rpc
-    return handler
+def _start_trace(context: grpc.aio.ServicerContext) -> FrontendTrace:
+    """The front-end's trace of a unary call: GRPC_WAITREAD_START and _END now (grpc.aio hands the handler
+    a message already read), GRPC_SEND_END once the call ends."""
+    parent = next((value for key, value in context.invocation_metadata() or () if key == TRACEPARENT), None)
+    trace = FrontendTrace(parent, "GRPC_WAITREAD_START")
+    trace.stamp("GRPC_WAITREAD_END")
+    context.add_done_callback(lambda _call: trace.finish("GRPC_SEND_END"))
+    return trace
 
 
-def _check_repository_name(name: str) -> None:
-    if name:
-        raise unsupported("'repository_name' specification is not supported")
+def _unload_dependents(params: Any) -> bool:
+    """The ``unload_dependents`` parameter of an unload request (a bool_param, as Triton requires)."""
+    if "unload_dependents" not in params:
+        return False
+    param = params["unload_dependents"]
+    if param.WhichOneof("parameter_choice") != "bool_param":
+        raise ServerError("invalid value type for 'unload_dependents' parameter, expected bool_param.")
+    return bool(param.bool_param)
 
 
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Triton's ``inference.GRPCInferenceService``."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, header_forwarder: HeaderForwarder | None = None) -> None:
         self.dataplane = dataplane
+        self.header_forwarder = header_forwarder  # --grpc-header-forward-pattern
+
+    def _forwarded_headers(self, context: grpc.aio.ServicerContext) -> dict[str, str]:
+        """The call's metadata that --grpc-header-forward-pattern adds to its requests' parameters."""
+        if self.header_forwarder is None:
+            return {}
+        return self.header_forwarder.matching(context.invocation_metadata() or ())
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -95,7 +111,11 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        trace = _start_trace(context) if self.dataplane.trace_armed else None
         infer_request = decode_request(request)
+        if self.header_forwarder is not None:
+            infer_request.parameters.update(self._forwarded_headers(context))
+        infer_request.trace = trace
         try:
             response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
         except asyncio.CancelledError:  # the client cancelled or went away
@@ -103,34 +123,37 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             raise
         message = pb.ModelInferResponse()
         encode_response(response, infer_request, message)
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
+            trace.stamp("GRPC_SEND_START")
         return message
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        async for response in InferStream(self.dataplane, context).serve(request_iterator):
+        stream = InferStream(self.dataplane, context, self._forwarded_headers(context))
+        async for response in stream.serve(request_iterator):
             yield response
 
     # ---- model repository -------------------------------------------------------------------
 
     @_rpc
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
-        _check_repository_name(request.repository_name)
         entry = pb.RepositoryIndexResponse.ModelIndex
-        return pb.RepositoryIndexResponse(
-            models=[entry(**model) for model in await self.dataplane.repository_index(request.ready)])
+        index = await self.dataplane.repository_index(request.ready, request.repository_name)
+        return pb.RepositoryIndexResponse(models=[entry(**model) for model in index])
 
     @_rpc
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
                                   context: Any) -> pb.RepositoryModelLoadResponse:
-        _check_repository_name(request.repository_name)
-        await self.dataplane.load_model(request.model_name, params_from_proto(request.parameters))
+        await self.dataplane.load_model(request.model_name, params_from_proto(request.parameters),
+                                        request.repository_name)
         return pb.RepositoryModelLoadResponse()
 
     @_rpc
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
                                     context: Any) -> pb.RepositoryModelUnloadResponse:
-        _check_repository_name(request.repository_name)
-        await self.dataplane.unload_model(request.model_name)
+        await self.dataplane.unload_model(request.model_name, _unload_dependents(request.parameters),
+                                          request.repository_name)
         return pb.RepositoryModelUnloadResponse()
 
     # ---- statistics -------------------------------------------------------------------------
@@ -184,7 +207,31 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         await self.dataplane.unregister_shared_memory("cuda", request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
-    # ---- features not built yet ---------------------------------------------------------------
+    # ---- logging -------------------------------------------------------------------------------
 
-    TraceSetting = _not_built("TraceSetting", "trace")
-    LogSettings = _not_built("LogSettings", "logging")
+    @_rpc
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        if request.settings:
+            changes = {}
+            for name, value in request.settings.items():
+                choice = value.WhichOneof("parameter_choice")
+                changes[name] = None if choice is None else getattr(value, choice)
+            settings = await self.dataplane.update_log_settings(changes)
+        else:
+            settings = await self.dataplane.log_settings()
+        response = pb.LogSettingsResponse()
+        for name, current in settings.items():
+            kind = "bool_param" if isinstance(current, bool) else "uint32_param" if isinstance(current, int) \
+                else "string_param"
+            setattr(response.settings[name], kind, current)
+        return response
+
+    # ---- tracing -------------------------------------------------------------------------------
+
+    @_rpc
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        update = update_from_grpc({name: list(value.value) for name, value in request.settings.items()})
+        response = pb.TraceSettingResponse()
+        for name, values in (await self.dataplane.trace_setting(request.model_name, update)).items():
+            response.settings[name].value.extend(values)
+        return response

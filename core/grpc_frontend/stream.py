@@ -33,9 +33,11 @@ class InferStream:
     ``triton_grpc_error: true``: then the first error ends the stream with its gRPC status.
     """
 
-    def __init__(self, dataplane: DataPlane, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, dataplane: DataPlane, context: grpc.aio.ServicerContext,
+                 forwarded_headers: dict[str, str] | None = None) -> None:
         self.dataplane = dataplane
         self.context = context
+        self.forwarded_headers = forwarded_headers  # added to every request's parameters
         self.errors_end_stream = any(key == GRPC_ERROR_HEADER and value.lower() == "true"
                                      for key, value in context.invocation_metadata() or ())
         self._outbox: asyncio.Queue[_Outgoing] = asyncio.Queue()
@@ -90,6 +92,8 @@ class InferStream:
             if not self.dataplane.accepting:
                 raise unavailable(SHUTTING_DOWN)
             request = decode_request(message)
+            if self.forwarded_headers:
+                request.parameters.update(self.forwarded_headers)
             empty_final = wants_empty_final_response(message)
             self.dataplane.submit(request)
             async for response, final in request.responses():

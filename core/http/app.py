@@ -17,6 +17,10 @@ from starlette.routing import Route
 
 from ..dataplane import DataPlane
 from ..errors import ServerError, Status, internal
+from ..header_forwarding import HeaderForwarder
+from ..load_overrides import decode_file_parameters
+from ..trace_settings import update_from_json
+from ..tracing import TRACEPARENT, FrontendTrace
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
 from .shared_memory import SharedMemoryRoutes
 
@@ -46,15 +50,19 @@ def _version(request: Request) -> int | None:
 class HttpFrontend:
     """Builds the ASGI app; ``max_input_size`` bounds request bodies (``--http-max-input-size``)."""
 
-    def __init__(self, dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> None:
+    def __init__(self, dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_SIZE, *,
+                 header_forwarder: HeaderForwarder | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
+        self.header_forwarder = header_forwarder  # --http-header-forward-pattern
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: ``POST .../infer`` on a lean raw-ASGI path, every other route through starlette."""
         routes = self._routes()
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                log.debug("HTTP request: %s %s", scope["method"], scope["path"])  # verbose, as Triton's
             match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
             if match is None:
                 await routes(scope, receive, send)
@@ -72,12 +80,15 @@ class HttpFrontend:
             Route("/v2/health/ready", self.ready, methods=["GET"]),
             Route("/v2", self.server_metadata, methods=["GET"]),
             Route("/v2/models/stats", self.model_statistics, methods=["GET"]),
+            Route("/v2/logging", self.log_settings, methods=["GET", "POST"]),
+            Route("/v2/trace/setting", self.trace_setting, methods=["GET", "POST"]),
+            Route("/v2/models/{model}/trace/setting", self.trace_setting, methods=["GET", "POST"]),
             Route("/v2/repository/index", self.repository_index, methods=["POST"]),
             Route("/v2/repository/models/{model}/load", self.load, methods=["POST"]),
             Route("/v2/repository/models/{model}/unload", self.unload, methods=["POST"]),
-            Route("/v2/repository/{repository}/index", self.named_repository, methods=["POST"]),
-            Route("/v2/repository/{repository}/models/{model}/{action:str}", self.named_repository,
-                  methods=["POST"]),
+            Route("/v2/repository/{repository}/index", self.repository_index, methods=["POST"]),
+            Route("/v2/repository/{repository}/models/{model}/load", self.load, methods=["POST"]),
+            Route("/v2/repository/{repository}/models/{model}/unload", self.unload, methods=["POST"]),
             *SharedMemoryRoutes(self.dataplane, self._json_body).routes(),
         ]
         for prefix in (model, versioned):
@@ -126,6 +137,21 @@ class HttpFrontend:
         stats = await self.dataplane.model_statistics(request.path_params.get("model", ""), _version(request))
         return JSONResponse({"model_stats": stats})
 
+    async def log_settings(self, request: Request) -> Response:
+        """GET: the log settings; POST: change those the JSON body names (null leaves one as it is, as Triton)."""
+        if request.method != "POST":
+            return JSONResponse(await self.dataplane.log_settings())
+        doc = await self._json_body(request)
+        changes = {name: value for name, value in doc.items() if value is not None}
+        return JSONResponse(await self.dataplane.update_log_settings(changes))
+
+    async def trace_setting(self, request: Request) -> Response:
+        """GET: the trace settings (the model's, or the global ones); POST: change those the JSON body names
+        first. Values are strings, ``trace_level`` a list of them."""
+        update = update_from_json(await self._body(request)) if request.method == "POST" else None
+        settings = await self.dataplane.trace_setting(request.path_params.get("model", ""), update)
+        return JSONResponse({key: values if key == "trace_level" else values[-1] for key, values in settings.items()})
+
     # ---- inference --------------------------------------------------------------------------
 
     async def _body(self, request: Request) -> bytes:
@@ -159,23 +185,37 @@ class HttpFrontend:
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version_text: str | None) -> None:
         """POST .../infer without starlette's Request and Response objects: one dict of headers, the body
-        read straight from ``receive``, the response sent as one start and one body message."""
+        read straight from ``receive``, the response sent as one start and one body message. While tracing
+        is armed, the request's HTTP timestamps are noted for its trace."""
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        trace = FrontendTrace(headers.get(TRACEPARENT), "HTTP_RECV_START") if self.dataplane.trace_armed else None
+        try:
+            status, response_headers, payload = await self._reply(headers, receive, name, version_text, trace)
+            if trace is not None:
+                trace.stamp("HTTP_SEND_START")
+            await _send(send, status, response_headers, payload)
+        finally:
+            if trace is not None:
+                trace.finish("HTTP_SEND_END")
+
+    async def _reply(self, headers: dict[str, str], receive: Receive, name: str, version_text: str | None,
+                     trace: FrontendTrace | None) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The status, headers and body that answer an inference request."""
         try:
             payload, response_headers = await self._run_infer(headers, receive, name,
-                                                               int(version_text) if version_text else None)
+                                                               int(version_text) if version_text else None, trace)
         except ServerError as error:
-            await _send_json(send, error.status.http_status, {"error": error.message})
-            return
+            return _json_reply(error.status.http_status, {"error": error.message})
         except Exception as error:  # a bug answers like any other error, and the server carries on
             log.exception("HTTP inference on model '%s' failed", name)
-            await _send_json(send, 500, {"error": internal(f"{type(error).__name__}: {error}").message})
-            return
-        await _send(send, 200, response_headers, payload)
+            return _json_reply(500, {"error": internal(f"{type(error).__name__}: {error}").message})
+        return 200, response_headers, payload
 
-    async def _run_infer(self, headers: dict[str, str], receive: Receive, name: str,
-                         version: int | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    async def _run_infer(self, headers: dict[str, str], receive: Receive, name: str, version: int | None,
+                         trace: FrontendTrace | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         body = await self._read_body(headers, receive)
+        if trace is not None:
+            trace.stamp("HTTP_RECV_END")
         header_length = headers.get(HEADER_LENGTH)
         if header_length is not None and header_length.strip() == "0":
             config = await self.dataplane.model_config(name, version)
@@ -183,8 +223,13 @@ class HttpFrontend:
         else:
             header, binary = split_body(body, header_length)
             infer_request = parse_request(header, binary, name, version)
+        if self.header_forwarder is not None:
+            infer_request.parameters.update(self.header_forwarder.matching(headers.items()))
+        infer_request.trace = trace
         response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
         payload, json_length = encode_response(response, infer_request, name)
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE")
         response_headers = []
         if json_length is not None:
             response_headers.append((b"inference-header-content-length", str(json_length).encode()))
@@ -234,23 +279,27 @@ class HttpFrontend:
         ready = doc.get("ready", False)
         if not isinstance(ready, bool):
             raise ServerError("'ready' must be a boolean")
-        return JSONResponse(await self.dataplane.repository_index(ready))
+        return JSONResponse(await self.dataplane.repository_index(ready, request.path_params.get("repository", "")))
 
-    async def load(self, request: Request) -> Response:
-        doc = await self._json_body(request)
-        parameters = doc.get("parameters") or {}
+    async def _parameters(self, request: Request) -> dict[str, Any]:
+        parameters = (await self._json_body(request)).get("parameters") or {}
         if not isinstance(parameters, dict):
             raise ServerError("'parameters' must be a JSON object")
-        await self.dataplane.load_model(request.path_params["model"], parameters)
+        return parameters
+
+    async def load(self, request: Request) -> Response:
+        parameters = decode_file_parameters(await self._parameters(request))
+        await self.dataplane.load_model(request.path_params["model"], parameters,
+                                        request.path_params.get("repository", ""))
         return Response(status_code=200)
 
     async def unload(self, request: Request) -> Response:
-        await self._json_body(request)
-        await self.dataplane.unload_model(request.path_params["model"])
+        unload_dependents = (await self._parameters(request)).get("unload_dependents", False)
+        if not isinstance(unload_dependents, bool):
+            raise ServerError("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
+        await self.dataplane.unload_model(request.path_params["model"], unload_dependents,
+                                          request.path_params.get("repository", ""))
         return Response(status_code=200)
-
-    async def named_repository(self, request: Request) -> Response:
-        raise ServerError("'repository_name' specification is not supported", Status.UNSUPPORTED)
 
 
 def _compress(accept_encoding: str, payload: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -272,5 +321,9 @@ async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], pay
     await send({"type": "http.response.body", "body": payload})
 
 
+def _json_reply(status: int, doc: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    return status, [(b"content-type", b"application/json")], json.dumps(doc).encode()
+
+
 async def _send_json(send: Send, status: int, doc: dict[str, Any]) -> None:
-    await _send(send, status, [(b"content-type", b"application/json")], json.dumps(doc).encode())
+    await _send(send, *_json_reply(status, doc))
