@@ -277,3 +277,21 @@ def test_an_invalid_config_reaches_the_client_with_tritons_message(protocol: str
     index = client.get_model_repository_index()
     entries = index if protocol == "http" else [{"state": m.state, "reason": m.reason} for m in index.models]
     assert entries[0]["state"] == "UNAVAILABLE" and expected in entries[0]["reason"]
+
+
+def test_every_invalid_config_fails_an_explicit_load_with_tritons_message(repo, toy_server) -> None:  # type: ignore[no-untyped-def]
+    """The INVALID table again, end to end: one model per row, each loaded through tritonclient.
+    Rows about platform and backend pairs stay unit-level (the toy backends answer to neither)."""
+    rows = {f"row{i:02d}": (text, message) for i, (text, message) in enumerate(INVALID)
+            if "platform" not in text and "backend" not in text}
+    for name, (text, _) in rows.items():
+        model_dir = repo / name
+        (model_dir / "1").mkdir(parents=True)
+        (model_dir / "config.pbtxt").write_text('backend: "toy_identity"\n' + text)
+    client = httpclient.InferenceServerClient(toy_server(model_control_mode="explicit").http_url)
+    for name, (_, message) in rows.items():
+        with pytest.raises(InferenceServerException) as error:
+            client.load_model(name)
+        expected = message.replace("my_model", name)
+        assert f"failed to load '{name}', failed to poll from model repository: {expected}" in error.value.message(), \
+            name
