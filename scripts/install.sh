@@ -70,6 +70,14 @@ install_perf_analyzer() {
     echo "perf_analyzer: $repo/scripts/perf_analyzer ($version)"
 }
 
+install_azurite() {
+    # azurite, the Azure Blob Storage emulator that plugins/storage's tests run, from npm into <repo>/.npm-tools.
+    if [[ ! -x .npm-tools/node_modules/.bin/azurite-blob ]]; then
+        step "npm install azurite into .npm-tools"
+        npm install --prefix .npm-tools --no-audit --no-fund --loglevel=error azurite@3
+    fi
+}
+
 install_triton() {
     # The nvidia-pytriton wheel carries a real tritonserver 2.51.0 with the Python backend.
     if [[ ! -x tritonserver/bin/tritonserver || ! -x tritonserver/backends/python/triton_python_backend_stub ]]; then
@@ -91,7 +99,11 @@ install_debian_packages libb64-0d
 # kubectl (its `kustomize`) for tests/test_deploy_manifests.py; a kubectl already installed by another
 # package (Google Cloud's, say) stays, as Debian's kubernetes-client would clash with it.
 command -v kubectl >/dev/null || install_debian_packages kubernetes-client
+# Node.js and npm for azurite; a Node.js that brings its own npm (NodeSource's) stays, as Debian's npm
+# package would clash with it.
+command -v npm >/dev/null || install_debian_packages nodejs npm
 install_python_packages
+install_azurite
 install_perf_analyzer
 if $with_triton; then
     install_triton
