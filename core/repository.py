@@ -376,7 +376,7 @@ class ModelRepository:
         auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
         backends = self.plugins.backends
         if not config.backend and not config.platform and auto_complete:
-            config.backend = self._guess_backend(model_dir, available)
+            config.backend = self._guess_backend(model_dir, _probe_version(config, available))
         if not config.backend and not config.platform:
             raise ServerError(f"{POLL_FAILED.format(name=name)}: must specify 'platform' or 'backend' for '{name}' "
                               "(no installed backend recognizes a model file in the newest version)")
@@ -391,7 +391,8 @@ class ModelRepository:
         if not available:
             raise ServerError(f"failed to load '{name}': the model directory has no numeric version folder")
         if auto_complete:
-            probe_version = (config.version_policy.specific.versions or available)[-1]
+            probe_version = _probe_version(config, available)
+            assert probe_version is not None  # available is not empty here
             spec = ModelSpec(name, probe_version, config, model_dir, model_dir / str(probe_version),
                              backend.default_model_filename)
             batching_before = config.max_batch_size
@@ -419,11 +420,12 @@ class ModelRepository:
                 and self.plugins.schedulers.get("dynamic_batching") is not None):
             config.dynamic_batching.SetInParent()
 
-    def _guess_backend(self, model_dir: Path, available: list[int]) -> str:
-        """A backend whose default model file is in the newest version folder, or ""."""
-        if not available:
+    def _guess_backend(self, model_dir: Path, version: int | None) -> str:
+        """A backend whose default model file is in the version folder auto-complete reads, or ""."""
+        folder = model_dir / str(version)
+        if version is None or not folder.is_dir():
             return ""
-        files = {p.name for p in (model_dir / str(available[-1])).iterdir()}
+        files = {p.name for p in folder.iterdir()}
         for backend_name in self.plugins.backends.names():
             backend = self.plugins.backends.get(backend_name)
             assert backend is not None
@@ -539,6 +541,12 @@ def _copy(config: ModelConfig) -> ModelConfig:
     copied = ModelConfig()
     copied.CopyFrom(config)
     return copied
+
+
+def _probe_version(config: ModelConfig, available: list[int]) -> int | None:
+    """The version whose files auto-complete reads: the newest one the policy selects."""
+    wanted = config.version_policy.specific.versions or available
+    return wanted[-1] if wanted else None
 
 
 def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:

@@ -295,3 +295,11 @@ def test_every_invalid_config_fails_an_explicit_load_with_tritons_message(repo, 
         expected = message.replace("my_model", name)
         assert f"failed to load '{name}', failed to poll from model repository: {expected}" in error.value.message(), \
             name
+
+
+def test_the_backend_is_guessed_from_the_version_the_policy_selects(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("pinned", "version_policy { specific { versions: [1] } }", versions=(1, 2),
+              files={"1/toy_identity.toy": AUTO})  # version 2 has no model file
+    client = httpclient.InferenceServerClient(toy_server().http_url)
+    assert client.is_model_ready("pinned", "1")
+    assert client.get_model_config("pinned")["backend"] == "toy_identity"
