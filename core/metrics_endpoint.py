@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from .custom_metrics import custom_metrics
 from .http.serving import listen_socket, serve_http
 from .metrics import MetricsConfig, TritonCollector, render
 from .repository import ModelRepository
@@ -28,6 +29,7 @@ class MetricsEndpoint:
         self.system = SystemSampler(cpu, gpu, interval_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TritonCollector(repository, config, cache_enabled, self.system))
+        self.registry.register(custom_metrics)  # what plugins create (Python models' MetricFamily)
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 

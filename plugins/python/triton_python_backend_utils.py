@@ -19,6 +19,7 @@ from triton_serve_python.pb_utils.messages import (
     InferenceTrace,
     PreferredMemory,
 )
+from triton_serve_python.pb_utils.metrics import Metric, MetricFamily
 from triton_serve_python.pb_utils.model_config import (
     ModelConfig,
     get_input_config_by_name,
@@ -26,7 +27,7 @@ from triton_serve_python.pb_utils.model_config import (
     using_decoupled_model_transaction_policy,
 )
 from triton_serve_python.pb_utils.tensor import Tensor
-from triton_serve_python.pb_utils.unsupported import Metric, MetricFamily, is_model_ready, load_model, unload_model
+from triton_serve_python.pb_utils.unsupported import is_model_ready, load_model, unload_model
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2

@@ -127,7 +127,7 @@ def test_request_accessors() -> None:
 
 @pytest.mark.parametrize("call", [
     lambda r: r.exec(), lambda r: r.async_exec(), lambda r: r.get_response_sender(),
-    lambda r: pb_utils.MetricFamily("m", "d", pb_utils.MetricFamily.COUNTER), lambda r: pb_utils.load_model("m"),
+    lambda r: pb_utils.load_model("m"),
 ])
 def test_later_features_raise_unsupported(call) -> None:  # type: ignore[no-untyped-def]
     request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
@@ -157,3 +157,15 @@ def test_backend_options() -> None:
         PythonBackendOptions.parse({"shm-default-byte-size": "big"})
     with pytest.raises(ServerError, match="'restart-on-failure' must be true or false"):
         PythonBackendOptions.parse({"restart-on-failure": "maybe"})
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [  # Triton's python backend's words
+    ("shm-growth-byte-size", "0", "shm-growth-byte-size can't be smaller than or equal to zero."),
+    ("shm-default-byte-size", "4096", "shm-default-byte-size can't be smaller than 4 MiBs"),
+    ("shm-region-prefix-name", "", "shm-region-prefix-name must at least contain one character."),
+    ("stub-timeout-seconds", "0", "stub-timeout-seconds can't be smaller than or equal to zero."),
+])
+def test_backend_options_out_of_range(key: str, value: str, message: str) -> None:
+    with pytest.raises(ServerError) as error:
+        PythonBackendOptions.parse({key: value})
+    assert error.value.message == f"--backend-config=python: {message}"

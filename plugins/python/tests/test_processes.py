@@ -82,13 +82,13 @@ def test_no_shared_memory_is_left_behind(kit: Any, tmp_path: Path, shm_prefix: s
         input [ { name: "X", data_type: TYPE_FP32, dims: [ -1 ] } ]
         output [ { name: "Y", data_type: TYPE_FP32, dims: [ -1 ] },
                  { name: "PID", data_type: TYPE_INT64, dims: [ 1 ] } ]
-        parameters { key: "shm-default-byte-size", value: { string_value: "4096" } }
+        parameters { key: "shm-default-byte-size", value: { string_value: "1048576" } }
     """)
     server = kit.start_server(tmp_path, shm_prefix, model_control_mode="explicit", load_models=["echo_pid"])
     try:
         client = http.InferenceServerClient(server.http_url, network_timeout=60)
         assert len(kit.shm_entries(shm_prefix)) == 4  # two arenas per worker
-        big = np.ones(100_000, dtype=np.float32)  # both arenas of one worker grow: replaced, not added
+        big = np.ones(400_000, dtype=np.float32)  # both arenas of one worker grow: replaced, not added
         pid = int(kit.infer(client, "echo_pid", X=big).as_numpy("PID")[0])
         assert len(kit.shm_entries(shm_prefix)) == 4
         before = set(kit.shm_entries(shm_prefix))

@@ -8,9 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from triton_serve.plugin import InferenceRequest, RequestedOutput, Status, Tensor
+from triton_serve.plugin import InferenceRequest, RequestedOutput, ServerError, Status, Tensor
 from triton_serve_python.arena import TensorLayout, read_tensor
-from triton_serve_python.protocol import BlockingChannel, FrameDecoder, Kind, encode
+from triton_serve_python.protocol import BlockingChannel, CallFailed, FrameDecoder, Kind, encode
+from triton_serve_python.server_calls import WorkerCalls
 from triton_serve_python.transfer import describe_requests, read_responses
 
 WORDS = np.array([b"ab", "\u00e9".encode(), b"", b"7"], dtype=object).reshape(2, 2)
@@ -118,3 +119,62 @@ def test_blocking_channel_reads_a_frame_split_across_sends() -> None:
     finally:
         sender.join()
         worker_end.close()
+
+
+def _refuse(what: str) -> None:
+    raise ServerError(f"no {what} here", Status.NOT_FOUND)
+
+
+def test_calls_from_any_thread_get_their_own_answers_while_the_loop_receives() -> None:
+    server_end, worker_end = socket.socketpair()
+    for end in (server_end, worker_end):
+        end.settimeout(60)  # a broken channel fails the test instead of hanging it
+    channel = BlockingChannel(worker_end)
+    calls = WorkerCalls("worker", {"add": lambda a, b: a + b, "refuse": _refuse}, server_end.sendall)
+    threads, per_thread = 4, 25
+
+    def answer() -> None:
+        """The server: answer each CALL, follow each answer with a message for the serving loop, then FINALIZE."""
+        decoder, sequence = FrameDecoder(), 0
+        while sequence < threads * (per_thread + 1):
+            for kind, body in decoder.feed(server_end.recv(65536)):
+                assert kind == Kind.CALL
+                calls.on_call(*body)
+                server_end.sendall(encode(Kind.GROWN, (str(sequence), None)))
+                sequence += 1
+        server_end.sendall(encode(Kind.FINALIZE))
+
+    answers: dict[int, list[object]] = {}
+
+    def caller(index: int) -> None:
+        answers[index] = [channel.call("add", index, step) for step in range(per_thread)]
+        try:
+            channel.call("refuse", "entry")
+        except CallFailed as failure:
+            answers[index].append((failure.message, failure.code_name))
+
+    server = threading.Thread(target=answer)
+    callers = [threading.Thread(target=caller, args=(index,)) for index in range(threads)]
+    for thread in [server, *callers]:
+        thread.start()
+    received = []
+    while (message := channel.receive()) != (Kind.FINALIZE, None):
+        received.append(message)
+    for thread in [server, *callers]:
+        thread.join()
+    worker_end.close()
+    server_end.close()
+    assert received == [(Kind.GROWN, (str(sequence), None)) for sequence in range(threads * (per_thread + 1))]
+    assert answers == {index: [index + step for step in range(per_thread)] + [("no entry here", "NOT_FOUND")]
+                       for index in range(threads)}
+
+
+def test_a_call_the_server_closes_on_raises() -> None:
+    server_end, worker_end = socket.socketpair()
+    channel = BlockingChannel(worker_end)
+    server_end.shutdown(socket.SHUT_WR)  # it takes the call but will never answer
+    with pytest.raises(ConnectionError, match="the server closed the connection"):
+        channel.call("add", 1, 2)
+    assert channel.receive() is None
+    worker_end.close()
+    server_end.close()

@@ -111,7 +111,7 @@ PARAMETERS = """
                                 "request_id": request.request_id()}))
             return responses
 """
-# Echoes a large FP32 tensor through arenas that start at 4 KiB, so both must grow.
+# Echoes a large FP32 tensor through arenas that start at 1 MiB (the smallest Triton allows), so both must grow.
 ECHO = """
     import triton_python_backend_utils as pb_utils
 
@@ -162,7 +162,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Path:
     kit.write_model(repo, "echo", ECHO, """
         input [ { name: "X", data_type: TYPE_FP32, dims: [ -1 ] } ]
         output [ { name: "Y", data_type: TYPE_FP32, dims: [ -1 ] } ]
-        parameters { key: "shm-default-byte-size", value: { string_value: "4096" } }
+        parameters { key: "shm-default-byte-size", value: { string_value: "1048576" } }
         parameters { key: "shm-growth-byte-size", value: { string_value: "65536" } }
     """)
     kit.write_model(repo, "logging", LOGGING, INT64_X_Y)
@@ -234,7 +234,7 @@ def test_request_and_response_parameters(client: http.InferenceServerClient) -> 
 
 
 def test_tensors_larger_than_the_arenas(kit: Any, client: http.InferenceServerClient) -> None:
-    x = np.random.default_rng(0).random(300_000, dtype=np.float32)  # 1.2 MB through 4 KiB arenas
+    x = np.random.default_rng(0).random(600_000, dtype=np.float32)  # 2.4 MB through 1 MiB arenas
     np.testing.assert_array_equal(kit.infer(client, "echo", X=x).as_numpy("Y"), x)
     small = np.array([1.5], dtype=np.float32)
     np.testing.assert_array_equal(kit.infer(client, "echo", X=small).as_numpy("Y"), small)
@@ -244,8 +244,8 @@ def test_logger_lines_reach_the_server_log(kit: Any, client: http.InferenceServe
                                            caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="triton_serve_python")
     kit.infer(client, "logging", X=np.zeros(1, np.int64))
-    lines = {(r.levelno, r.getMessage().split("] ", 1)[1]) for r in caplog.records
-             if r.name == "triton_serve_python.model" and "'logging'" in r.getMessage()}
+    lines = {(r.levelno, f"{r.filename}:{r.lineno}] {r.getMessage()}") for r in caplog.records
+             if r.name == "triton_serve_python.model"}  # at the model's file and line, as Triton logs them
     assert {(logging.WARNING, "model.py:11] a warning from execute"),
             (logging.ERROR, "model.py:12] an error from execute"),
             (logging.DEBUG, "model.py:13] a verbose line")} <= lines

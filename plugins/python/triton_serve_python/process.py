@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import signal
 import socket
 import subprocess
@@ -14,14 +15,18 @@ from triton_serve.errors import ServerError, Status
 from triton_serve.inference import InferenceRequest, InferenceResponse
 
 from .arena import Arena, TensorLayout, grown_size
+from .metric_calls import WorkerMetrics
 from .options import PythonBackendOptions
 from .protocol import FrameDecoder, Kind, Message, ResponseTuple, encode
+from .server_calls import WorkerCalls
 from .transfer import describe_requests, read_responses
 
 log = logging.getLogger("triton_serve_python")
 model_log = logging.getLogger("triton_serve_python.model")
 _LEVELS = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}
 _EOF_GRACE_S = 2.0  # a worker that closed its socket but is still running after this is killed
+_READ_SIZE = 64 * 1024  # bytes read from a worker's socket at a time
+_MODEL_LOCATION = re.compile(r"([^\s:\]]+):(\d+)\] (.*)", re.S)  # pb_utils.Logger's "model.py:12] message"
 
 
 class WorkerFailure(Exception):
@@ -37,15 +42,36 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-class _WorkerConnection(asyncio.Protocol):
-    """Feeds the messages arriving on the server's end of the socket to the WorkerProcess."""
+def _log_model_line(level: str, line: str) -> None:
+    """Log a line from the worker as Triton logs a model's pb_utils.Logger line: at the model's file and line."""
+    levelno = _LEVELS.get(level, logging.INFO)
+    if not model_log.isEnabledFor(levelno):
+        return
+    located = _MODEL_LOCATION.fullmatch(line)
+    if located is None:  # the worker's own line, not the model's
+        model_log.log(levelno, "%s", line)
+        return
+    filename, lineno, message = located.groups()
+    model_log.handle(model_log.makeRecord(model_log.name, levelno, filename, int(lineno), message, (), None))
+
+
+class _WorkerConnection(asyncio.BufferedProtocol):
+    """Feeds the messages arriving on the server's end of the socket to the WorkerProcess.
+
+    It reads into one buffer of its own: asyncio's plain Protocol allocates 256 KiB per read and shrinks it,
+    which glibc may serve with an mmap, mremap and munmap every time (it did, in bench/round_trip.py).
+    """
 
     def __init__(self, worker: WorkerProcess) -> None:
         self._worker = worker
         self._decoder = FrameDecoder()
+        self._buffer = memoryview(bytearray(_READ_SIZE))
 
-    def data_received(self, data: bytes) -> None:
-        for kind, body in self._decoder.feed(data):
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        for kind, body in self._decoder.feed(self._buffer[:nbytes].tobytes()):
             self._worker._on_message(kind, body)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -73,6 +99,8 @@ class WorkerProcess:
         self._ready = False
         self._stopping = False
         self.exit_description: str | None = None
+        self._metrics = WorkerMetrics()
+        self._calls = WorkerCalls(label, self._metrics.handlers(), self._send)
 
     @property
     def running(self) -> bool:
@@ -168,6 +196,7 @@ class WorkerProcess:
         if self._transport is not None:
             self._transport.close()
         self._release_arenas()
+        self._metrics.release_all()
         if self._reply is not None and not self._reply.done():
             self._reply.set_exception(WorkerFailure(self.exit_description))
         if self._ready and not self._stopping:
@@ -215,10 +244,17 @@ class WorkerProcess:
         if not reply.done():
             reply.set_exception(WorkerFailure(self.exit_description))
 
+    def _send(self, frame: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(frame)
+
     def _on_message(self, kind: Kind, body: Any) -> None:
-        if kind == Kind.LOG:
-            level, line = body
-            model_log.log(_LEVELS.get(level, logging.INFO), "[%s] %s", self.label, line)
+        if kind == Kind.NOTIFY:
+            self._calls.on_notify(*body)
+        elif kind == Kind.CALL:
+            self._calls.on_call(*body)
+        elif kind == Kind.LOG:
+            _log_model_line(*body)
         elif kind == Kind.GROW:
             self._grow_output(body)
         elif self._reply is not None and not self._reply.done():

@@ -7,16 +7,20 @@ as marshal's format requires. Only metadata travels here; tensor bytes travel th
 """
 from __future__ import annotations
 
+import itertools
 import marshal
 import socket
 import struct
 import threading
+from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from .arena import TensorRef
 
 _HEADER = struct.Struct("<BI")
+_T = TypeVar("_T")
 
 
 class Kind(IntEnum):
@@ -35,9 +39,14 @@ class Kind(IntEnum):
     GROW = 9  # bytes needed in the output arena
     LOG = 10  # (level name, line)
     FINALIZED = 11  # None
+    CALL = 12  # (call id, method name, argument tuple): run a server_calls.py method; the server answers REPLY
+    NOTIFY = 13  # (method name, argument tuple): the same without an answer
+    # server -> worker
+    REPLY = 14  # (call id, result, None) or (call id, None, (error message, status code name))
 
 
 _KINDS = {kind.value: kind for kind in Kind}  # a dict lookup is several times faster than Kind(code)
+_REPLY = Kind.REPLY  # on the receive path, a global is faster than the enum's attribute
 Message = tuple[Kind, Any]  # (kind, body)
 # One request of an EXECUTE: (id, correlation id, flags, timeout in µs, requested output names, parameters, inputs).
 RequestTuple = tuple[str, int | str, int, int, list[str], dict[str, Any], list[TensorRef]]
@@ -74,21 +83,130 @@ class FrameDecoder:
         return messages
 
 
+class CallFailed(Exception):
+    """The server answered a CALL with an error: its message and status code name ("INVALID_ARG")."""
+
+    def __init__(self, message: str, code_name: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code_name = code_name
+
+
 class BlockingChannel:
-    """The worker's end: buffered blocking receive; sends are locked so model threads may log concurrently."""
+    """The worker's end. Any thread may ``send``, ``call`` the server or ``notify`` it; the serving loop
+    ``receive``s every message that is not a REPLY.
+
+    Whichever waiting thread finds nobody reading reads the next frame and files it: a REPLY for the thread
+    that called, anything else for ``receive``. So the serving loop reads its own frames, with no hand-off
+    between threads and no lock beyond the reader's, and a call from the thread that runs ``execute`` reads
+    its own reply.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._reader = sock.makefile("rb")
         self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()  # held by the thread reading a frame
+        self._filed = threading.Condition(threading.Lock())  # threads wait on it while another one reads
+        self._waiting = 0
+        self._closed = False
+        self._inbox: deque[Message] = deque()
+        self._replies: dict[int, tuple[Any, tuple[str, str] | None]] = {}
+        self._call_ids = itertools.count(1)
+        self._deferred: deque[bytes] = deque()  # frames from notify_soon, sent before the next frame
 
     def send(self, frame: bytes) -> None:
-        """Send one frame made by ``encode``."""
+        """Send one frame made by ``encode`` (after any that ``notify_soon`` left)."""
         with self._send_lock:
+            if self._deferred:
+                frame = self._take_deferred() + frame
             self._sock.sendall(frame)
 
+    def _take_deferred(self) -> bytes:
+        frames = []
+        while self._deferred:
+            frames.append(self._deferred.popleft())
+        return b"".join(frames)
+
     def receive(self) -> Message | None:
-        """The next message, or None once the server closed its end."""
+        """The next message that is not a REPLY, or None once the server closed its end."""
+        if not self._inbox and not self._closed and self._read_lock.acquire(False):
+            try:  # the serving loop's usual case: nothing filed, nobody reading
+                message = self._read()
+                if message is not None and message[0] is not _REPLY:
+                    return message
+                self._file(message)
+            finally:
+                self._read_lock.release()
+                if self._waiting:
+                    with self._filed:
+                        self._filed.notify_all()
+        return self._wait(lambda: self._inbox.popleft() if self._inbox else None)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method(*args)`` on the server and return its result; raise CallFailed with the server's error,
+        or ConnectionError if the server closed the connection first."""
+        call_id = next(self._call_ids)
+        self.send(encode(Kind.CALL, (call_id, method, args)))
+        answer = self._wait(lambda: self._replies.pop(call_id, None))
+        if answer is None:
+            raise ConnectionError("the server closed the connection")
+        result, error = answer
+        if error is not None:
+            raise CallFailed(*error)
+        return result
+
+    def notify(self, method: str, *args: Any) -> None:
+        """Run ``method(*args)`` on the server without waiting; the server logs a failure."""
+        self.send(encode(Kind.NOTIFY, (method, args)))
+
+    def notify_soon(self, method: str, *args: Any) -> None:
+        """``notify`` from where no lock may be taken (a finalizer, which the garbage collector may run inside
+        ``send``): the message goes out just before the next frame the worker sends."""
+        self._deferred.append(encode(Kind.NOTIFY, (method, args)))
+
+    def _wait(self, take: Callable[[], _T | None]) -> _T | None:
+        """What ``take`` finds among the filed messages, reading frames (or waiting while another thread reads
+        them) until it finds something or the connection closes."""
+        while True:
+            found = take()
+            if found is not None or self._closed:
+                return found
+            if self._read_lock.acquire(False):
+                try:
+                    found = take()  # filed by the thread that read before
+                    if found is not None:
+                        return found
+                    self._file(self._read())
+                finally:
+                    self._read_lock.release()
+                    if self._waiting:
+                        with self._filed:
+                            self._filed.notify_all()
+                continue
+            with self._filed:
+                self._waiting += 1
+                try:
+                    while True:
+                        found = take()
+                        if found is not None or self._closed:
+                            return found
+                        if not self._read_lock.locked():
+                            break
+                        self._filed.wait()
+                finally:
+                    self._waiting -= 1
+
+    def _file(self, message: Message | None) -> None:
+        if message is None:
+            self._closed = True
+        elif message[0] is _REPLY:
+            call_id, result, error = message[1]
+            self._replies[call_id] = (result, error)
+        else:
+            self._inbox.append(message)
+
+    def _read(self) -> Message | None:
         header = self._reader.read(_HEADER.size)
         if len(header) < _HEADER.size:
             return None

@@ -11,6 +11,7 @@ from .arena import TensorLayout, attach, close_mapping
 from .pb_utils.errors import TritonError
 from .pb_utils.logger import set_log_sink
 from .pb_utils.messages import InferenceResponse
+from .pb_utils.server_link import ServerLink, set_server_link
 from .protocol import BatchError, BlockingChannel, Kind, RequestTuple, ResponseTuple, encode
 from .runner import ModelRunner
 
@@ -103,6 +104,7 @@ def main(argv: list[str]) -> int:
     if message is None or message[0] != Kind.INIT:
         return 1
     init = message[1]
+    set_server_link(ServerLink(channel, init["args"]["model_instance_name"]))
     try:
         arenas = WorkerArenas(init["input_arena"], init["output_arena"])
         runner = ModelRunner(init["model_file"], init["args"]["model_name"], int(init["args"]["model_version"]),

@@ -1,27 +1,7 @@
 """Parts of the Python-backend API that come in later releases: each raises a clear UNSUPPORTED error."""
 from __future__ import annotations
 
-from typing import Any
-
 from .errors import unsupported
-
-
-class MetricFamily:
-    """Custom metrics (comes later): creating a family raises."""
-
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        raise unsupported("custom metrics (MetricFamily)")
-
-
-class Metric:
-    """A custom metric of a MetricFamily (comes later): creating one raises."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise unsupported("custom metrics (Metric)")
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:

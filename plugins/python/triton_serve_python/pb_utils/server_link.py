@@ -1,0 +1,65 @@
+"""The model's line to the server: calls that pb_utils makes from inside a worker (answered by server_calls.py)."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..protocol import CallFailed
+from .errors import CODE_NAMES, TritonError, TritonModelException
+
+_CODES = {name: code for code, name in CODE_NAMES.items()}
+
+
+class CallChannel(Protocol):
+    """What the link sends through: the worker's BlockingChannel."""
+
+    def call(self, method: str, *args: Any) -> Any: ...
+
+    def notify(self, method: str, *args: Any) -> None: ...
+
+    def notify_soon(self, method: str, *args: Any) -> None: ...
+
+
+class ServerLink:
+    """Calls to the server on behalf of one model instance; a refused call raises TritonModelException with
+    the server's status and Triton's wording (see ``failure``)."""
+
+    def __init__(self, channel: CallChannel, model_instance_name: str) -> None:
+        self._channel = channel
+        self.model_instance_name = model_instance_name
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method(*args)`` on the server and return its result; any thread may call."""
+        try:
+            return self._channel.call(method, *args)
+        except CallFailed as failure:
+            raise TritonModelException(self.failure(failure.message), _CODES.get(failure.code_name,
+                                                                                 TritonError.INTERNAL)) from None
+
+    def notify(self, method: str, *args: Any) -> None:
+        """Run ``method(*args)`` on the server without waiting for it."""
+        self._channel.notify(method, *args)
+
+    def notify_soon(self, method: str, *args: Any) -> None:
+        """``notify`` from a finalizer: the message goes with the next one the worker sends."""
+        self._channel.notify_soon(method, *args)
+
+    def failure(self, detail: str) -> str:
+        """Triton's text for a request the server refused."""
+        return f"Failed to process the request for model '{self.model_instance_name}', message: {detail}"
+
+
+_link: ServerLink | None = None
+
+
+def set_server_link(link: ServerLink | None) -> None:
+    """Connect pb_utils to the server (the worker does, before it loads the model)."""
+    global _link
+    _link = link
+
+
+def server_link(feature: str) -> ServerLink:
+    """The link, or TritonModelException naming ``feature`` outside a worker (auto_complete_config, a test)."""
+    if _link is None:
+        raise TritonModelException(f"{feature} works only inside a model that the python backend serves",
+                                   TritonError.UNSUPPORTED)
+    return _link
