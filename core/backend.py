@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from .client import InferenceClient
+
 if TYPE_CHECKING:
     from .inference import InferenceRequest, InferenceResponse
     from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
@@ -17,7 +19,8 @@ class ModelSpec:
     """One version of one model, as a backend sees it.
 
     ``config`` is the model's ModelConfig message (auto-complete may change it in place);
-    ``model_dir`` is ``<repository>/<model>``; ``version_dir`` is ``<model_dir>/<version>``.
+    ``model_dir`` is ``<repository>/<model>``; ``version_dir`` is ``<model_dir>/<version>``;
+    ``client`` sends requests to other models of this server (a Python model's BLS calls).
     """
 
     name: str
@@ -26,6 +29,7 @@ class ModelSpec:
     model_dir: Path
     version_dir: Path
     default_model_filename: str = ""
+    client: InferenceClient = field(default_factory=InferenceClient)
 
     @property
     def model_file(self) -> Path:

@@ -39,6 +39,7 @@ class DataPlane:
                  control_mode: str = "none", server_id: str = "triton",
                  log_control: LogControl | None = None, tracer: Tracer | None = None) -> None:
         self.repository = repository
+        repository.client.bind(self.submit)  # models and schedulers reach other models through submit
         self.tracer = tracer or Tracer()
         self.trace_armed = self.tracer.armed  # front-ends note their trace timestamps only while True
         self.tracer.subscribe(self._arm_tracing)

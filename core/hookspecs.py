@@ -38,9 +38,9 @@ def tserve_register_schedulers(registry: SchedulerRegistry) -> None:
     """Register scheduler factories: ``registry.add("dynamic_batching", DynamicBatcher)``.
 
     Called once at start-up. The kind is one of "default" (configs with no scheduling choice),
-    "dynamic_batching", "sequence_batching" or "ensemble_scheduling"; the factory is called as
-    ``factory(model_spec, pool)`` for each model version that loads (``pool`` is the version's
-    InstancePool) and returns a Scheduler.
+    "dynamic_batching" or "sequence_batching"; the factory is called as ``factory(context)`` for
+    each model version that loads (a ModelContext: the version's spec, InstancePool, statistics and
+    an InferenceClient for requests to other models) and returns a Scheduler.
     """
 
 

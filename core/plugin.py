@@ -3,15 +3,19 @@ from __future__ import annotations
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
 from .caching import ResponseCache
+from .client import InferenceClient
+from .custom_metrics import CustomMetric, CustomMetricFamily, custom_metrics
 from .errors import ServerError, Status
 from .hookspecs import hookimpl
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from .registry import BackendRegistry, CacheRegistry, SchedulerRegistry
-from .scheduling import InstancePool, Scheduler
-from .sources import RepositorySource
+from .scheduling import InstancePool, ModelContext, Scheduler
+from .sources import RepositorySource, is_version_name
 
 __all__ = [
-    "Backend", "BackendRegistry", "CacheRegistry", "InferenceRequest", "InferenceResponse", "InstancePool",
-    "InstanceSpec", "ModelInstance", "ModelSpec", "RepositorySource", "RequestedOutput", "ResponseCache",
-    "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor", "hookimpl",
+    "Backend", "BackendRegistry", "CacheRegistry", "CustomMetric", "CustomMetricFamily", "InferenceClient",
+    "InferenceRequest", "InferenceResponse", "InstancePool", "InstanceSpec", "ModelContext", "ModelInstance",
+    "ModelSpec", "RepositorySource",
+    "RequestedOutput", "ResponseCache", "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor",
+    "custom_metrics", "hookimpl", "is_version_name",
 ]

@@ -27,10 +27,10 @@ KNOWN_PACKAGES: dict[str, str] = {
     "tensorrt_plan": "triton-serve-tensorrt",
     "dynamic_batching": "triton-serve-batching",
     "sequence_batching": "triton-serve-batching",
-    "ensemble_scheduling": "triton-serve-batching",
 }
 
-SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching", "ensemble_scheduling")
+# Ensembles (ensemble_scheduling) are not supported yet: no plugin can register them.
+SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching")
 
 
 def install_hint(name: str) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from .client import InferenceClient
 from .config import apply_defaults, read_config
 from .config_validation import validate_config
 from .devices import visible_gpu_ids
@@ -21,7 +22,7 @@ from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from .ratelimit import RateLimiter
 from .registry import install_hint
 from .route import ModelRoute
-from .scheduling import InstancePool, Scheduler
+from .scheduling import InstancePool, ModelContext, Scheduler
 from .sources import RepositorySource
 from .statistics import LatencySettings, ModelStats
 from .warmup import warm_up, warmup_samples
@@ -148,6 +149,8 @@ class ModelRepository:
         self.plugins = plugins
         self.options = options or RepositoryOptions()
         self.models: dict[str, Model] = {}
+        # Requests from models and schedulers to other models (the data plane binds it).
+        self.client = InferenceClient()
         self._locks: dict[str, asyncio.Lock] = {}
         self._dependencies: dict[str, frozenset[str]] = {}
 
@@ -304,7 +307,7 @@ class ModelRepository:
                 return model
             for number in versions:
                 spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
-                                 backend.default_model_filename)
+                                 backend.default_model_filename, self.client)
                 model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
             keep_previous = previous is not None and previous.is_serving()
             if not keep_previous:
@@ -374,6 +377,9 @@ class ModelRepository:
                  available: list[int]) -> tuple[ModelConfig, Backend, list[int]]:
         """Auto-complete, default and validate the config; choose the backend and versions."""
         auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
+        if config.platform == "ensemble" or config.HasField("ensemble_scheduling"):
+            raise ServerError(f"{POLL_FAILED.format(name=name)}: ensemble models (platform 'ensemble') are not "
+                              "supported yet", Status.UNSUPPORTED)
         backends = self.plugins.backends
         if not config.backend and not config.platform and auto_complete:
             config.backend = self._guess_backend(model_dir, _probe_version(config, available))
@@ -394,7 +400,7 @@ class ModelRepository:
             probe_version = _probe_version(config, available)
             assert probe_version is not None  # available is not empty here
             spec = ModelSpec(name, probe_version, config, model_dir, model_dir / str(probe_version),
-                             backend.default_model_filename)
+                             backend.default_model_filename, self.client)
             batching_before = config.max_batch_size
             self._wrap(name, lambda: backend.auto_complete_config(spec))
             self._enable_dynamic_batching(config, batching_before)
@@ -458,7 +464,7 @@ class ModelRepository:
             factory = self.plugins.schedulers.get(kind)
             assert factory is not None
             pool = InstancePool(spec, version.instances, specs, stats=version.stats, limiter=self.options.rate_limiter)
-            version.scheduler = factory(spec, pool)
+            version.scheduler = factory(ModelContext(spec, pool, version.stats, self.client))
             await version.scheduler.start()
         except Exception as error:
             message = error.message if isinstance(error, ServerError) else f"{type(error).__name__}: {error}"

@@ -8,9 +8,11 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from .backend import InstanceSpec, ModelInstance, ModelSpec
 from .batch import request_batch_size
+from .client import InferenceClient
 from .errors import ServerError, Status, internal
 from .inference import InferenceRequest
 from .ratelimit import RateLimiter, ResourceClaim
@@ -154,17 +156,30 @@ class InstancePool:
                 request.fail(internal(f"model '{request.model_name}' finished without a final response"))
 
 
+@dataclass(frozen=True)
+class ModelContext:
+    """What the server gives one model version's scheduler: the version, its instance pool, its
+    statistics, and a client that sends requests to other models through the one inference path."""
+
+    model: ModelSpec
+    pool: InstancePool
+    stats: ModelStats
+    client: InferenceClient
+
+
 class Scheduler(ABC):
     """Decides when and on which instance each request of one model version runs.
 
     Registered per scheduling kind: "default" (no ``scheduling_choice`` in the config),
-    "dynamic_batching", "sequence_batching" or "ensemble_scheduling". Runs on the event loop;
-    runs batches through ``self.pool`` (``pool.acquire()`` + ``pool.run()``, or ``pool.execute()``).
+    "dynamic_batching" or "sequence_batching"; created as ``factory(context)``. Runs on the event
+    loop; runs batches through ``self.pool`` (``pool.acquire()`` + ``pool.run()``, or
+    ``pool.execute()``).
     """
 
-    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
-        self.model = model
-        self.pool = pool
+    def __init__(self, context: ModelContext) -> None:
+        self.context = context
+        self.model = context.model
+        self.pool = context.pool
 
     @abstractmethod
     def enqueue(self, request: InferenceRequest) -> None:

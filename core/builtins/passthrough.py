@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import asyncio
-from ..backend import ModelSpec
+
 from ..hookspecs import hookimpl
 from ..inference import InferenceRequest
 from ..registry import SchedulerRegistry
-from ..scheduling import InstancePool, Scheduler
+from ..scheduling import ModelContext, Scheduler
 
 
 class PassThroughScheduler(Scheduler):
     """No batching, no queue policy: requests wait for an idle instance in arrival order."""
 
-    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
-        super().__init__(model, pool)
+    def __init__(self, context: ModelContext) -> None:
+        super().__init__(context)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def enqueue(self, request: InferenceRequest) -> None:

@@ -14,7 +14,8 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import InferenceRequest, InstancePool, InstanceSpec, ModelSpec, Tensor
+from triton_serve.plugin import (InferenceClient, InferenceRequest, InstancePool, InstanceSpec, ModelContext, ModelSpec,
+                                 Tensor)
 from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from triton_serve.testing import ProbeBackend, probe_config
 from triton_serve_batching.dynamic import DynamicBatcher
@@ -208,7 +209,8 @@ dynamic_batching {{ preserve_ordering: {str(preserve).lower()} }}""", ModelConfi
         return InferenceRequest("probe", 1, inputs={"INPUT0": Tensor("INPUT0", "FP32", (1, 1), data)})
 
     async def scenario() -> list[str]:
-        batcher = DynamicBatcher(spec, InstancePool(spec, instances))
+        pool = InstancePool(spec, instances)
+        batcher = DynamicBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
         await batcher.start()
         received: list[str] = []
 

@@ -21,10 +21,12 @@ from tritonclient.utils import InferenceServerException
 from triton_serve.plugin import (
     Backend,
     BackendRegistry,
+    InferenceClient,
     InferenceRequest,
     InferenceResponse,
     InstancePool,
     InstanceSpec,
+    ModelContext,
     ModelInstance,
     ModelSpec,
     ServerError,
@@ -336,7 +338,7 @@ def test_oldest_takes_one_request_per_sequence_per_batch_and_honours_delay_sched
                                                       + ACCUMULATOR_CONTROLS, max_batch_size=4))
 
     async def scenario() -> list[int]:
-        scheduler = SequenceBatcher(spec, pool)
+        scheduler = SequenceBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
         await scheduler.start()
         requests = [request("held", 1, start=True, number=1), request("held", 1, number=2),
                     request("held", 2, start=True, end=True, number=5)]
@@ -363,7 +365,7 @@ def test_stop_answers_every_accepted_request_and_then_refuses_new_sequences(tmp_
                                                       delay_s=0.02))
 
     async def scenario() -> None:
-        scheduler = SequenceBatcher(spec, pool)
+        scheduler = SequenceBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
         await scheduler.start()
         requests = [request("stopping", 1, start=True), request("stopping", 1), request("stopping", 2, start=True)]
         for made in requests:
@@ -384,7 +386,7 @@ def test_a_cancelled_request_leaves_the_state_of_the_other_sequences_in_its_batc
     spec, pool = spec_and_pool(tmp_path, model_config("cancel", state(), max_batch_size=2))
 
     async def scenario() -> tuple[Any, ...]:
-        scheduler = SequenceBatcher(spec, pool)
+        scheduler = SequenceBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
         await scheduler.start()
         first_a, first_b = request("cancel", "a", start=True, number=1), request("cancel", "b", start=True, number=10)
         scheduler.enqueue(first_a)
@@ -494,5 +496,5 @@ def test_grpc_stream_carries_interleaved_sequences(serve) -> None:
 def test_a_bad_initial_state_fails_the_model_with_a_clear_error(tmp_path, initial, message) -> None:
     spec, pool = spec_and_pool(tmp_path, model_config("bad_state", state(initial)))
     with pytest.raises(ServerError) as caught:
-        SequenceBatcher(spec, pool)
+        SequenceBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
     assert message in caught.value.message

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from triton_serve.batch import request_batch_size
-from triton_serve.plugin import InferenceRequest, InstancePool, ModelInstance, ModelSpec, Scheduler, ServerError, Status
+from triton_serve.plugin import InferenceRequest, ModelContext, ModelInstance, Scheduler, ServerError, Status
 
 from .delay import delay_scheduler_count
 from .forming import BatchRule, plan_batch
@@ -28,8 +28,9 @@ from .queues import NO_DEADLINE, PriorityQueue, QueuedRequest
 class DynamicBatcher(Scheduler):
     """The ``dynamic_batching`` scheduler."""
 
-    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
-        super().__init__(model, pool)
+    def __init__(self, context: ModelContext) -> None:
+        super().__init__(context)
+        model = context.model
         config = model.config.dynamic_batching
         self.rule = BatchRule.of(model.config.max_batch_size, config.preferred_batch_size,
                                  config.max_queue_delay_microseconds)

@@ -17,7 +17,7 @@ from triton_serve.datatypes import DataType, from_wire_bytes
 from triton_serve.plugin import (
     InferenceRequest,
     InferenceResponse,
-    InstancePool,
+    ModelContext,
     ModelInstance,
     ModelSpec,
     RequestedOutput,
@@ -334,8 +334,9 @@ class SequenceBatcher(Scheduler):
     ``TRITONSERVER_DELAY_SCHEDULER=N`` holds every batch until N requests have been accepted.
     """
 
-    def __init__(self, model: ModelSpec, pool: InstancePool) -> None:
-        super().__init__(model, pool)
+    def __init__(self, context: ModelContext) -> None:
+        super().__init__(context)
+        model = context.model
         config = model.config
         settings = config.sequence_batching
         if settings.iterative_sequence:
@@ -355,7 +356,7 @@ class SequenceBatcher(Scheduler):
             self._strategy = _DirectStrategy(settings.direct, max_batch)
         self._idle_ns = (settings.max_sequence_idle_microseconds or DEFAULT_MAX_SEQUENCE_IDLE_US) * 1000
         self._batchers = [_InstanceBatcher(self, instance, number, slot_count)
-                          for number, instance in enumerate(pool.instances)]
+                          for number, instance in enumerate(self.pool.instances)]
         self._free = [(slot.index, batcher.number, slot) for batcher in self._batchers for slot in batcher.slots]
         heapq.heapify(self._free)
         self._routes: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
