@@ -110,6 +110,11 @@ class TritonLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.setFormatter(TritonLogFormatter(settings.log_format, escape=self.escape))
         self.settings = settings
 
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.settings.log_file:
+            self.stream = sys.stderr  # whatever standard error is now (a test harness may have replaced it)
+        super().emit(record)
+
     def filter(self, record: logging.LogRecord) -> bool:
         settings = self.settings
         if record.levelno >= logging.ERROR:

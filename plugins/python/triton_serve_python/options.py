@@ -41,11 +41,15 @@ class PythonBackendOptions:
             if key in options:
                 changes[option.name] = _convert(options[key], option.type, key, where)
         updated = dataclasses.replace(self, **changes)
-        if updated.shm_default_byte_size < 1 or updated.shm_growth_byte_size < 1:
-            raise ServerError(f"{where}: shm-default-byte-size and shm-growth-byte-size must be positive")
-        if updated.stub_timeout_seconds <= 0 or updated.execute_timeout_seconds < 0:
-            raise ServerError(f"{where}: stub-timeout-seconds must be positive and execute-timeout-seconds "
-                              "zero (no limit) or positive")
+        # Triton's python backend's checks, with its words
+        problems = [(updated.shm_growth_byte_size <= 0, "shm-growth-byte-size can't be smaller than or equal to zero."),
+                    (updated.shm_default_byte_size < _MIB, "shm-default-byte-size can't be smaller than 4 MiBs"),
+                    (not updated.shm_region_prefix_name, "shm-region-prefix-name must at least contain one character."),
+                    (updated.stub_timeout_seconds <= 0, "stub-timeout-seconds can't be smaller than or equal to zero."),
+                    (updated.execute_timeout_seconds < 0, "execute-timeout-seconds can't be negative (0: no limit).")]
+        for broken, message in problems:
+            if broken:
+                raise ServerError(f"{where}: {message}")
         return updated
 
 
