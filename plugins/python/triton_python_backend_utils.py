@@ -26,12 +26,12 @@ from triton_serve_python.pb_utils.model_config import (
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
+from triton_serve_python.pb_utils.response_sender import TRITONSERVER_RESPONSE_COMPLETE_FINAL, InferenceResponseSender
 from triton_serve_python.pb_utils.tensor import Tensor
 from triton_serve_python.pb_utils.unsupported import is_model_ready, load_model, unload_model
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
@@ -53,8 +53,8 @@ def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) 
 
 
 __all__ = [
-    "InferenceRequest", "InferenceResponse", "InferenceTrace", "Logger", "Metric", "MetricFamily", "ModelConfig",
-    "PreferredMemory", "Tensor", "TritonError", "TritonModelException",
+    "InferenceRequest", "InferenceResponse", "InferenceResponseSender", "InferenceTrace", "Logger", "Metric",
+    "MetricFamily", "ModelConfig", "PreferredMemory", "Tensor", "TritonError", "TritonModelException",
     "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_CPU_PINNED", "TRITONSERVER_MEMORY_GPU",
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
     "TRITONSERVER_REQUEST_RELEASE_ALL", "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",

@@ -34,6 +34,7 @@ def init_message() -> dict[str, object]:
     return {
         "model_file": str(ADD_SUB / "1" / "model.py"),
         "outputs": ["OUTPUT0", "OUTPUT1"],
+        "decoupled": False,
         "args": {"model_config": json.dumps({"name": "add_sub", "output": outputs}), "model_instance_kind": "CPU",
                  "model_instance_name": "add_sub_0_0", "model_instance_device_id": "0",
                  "model_repository": str(ADD_SUB), "model_version": "1", "model_name": "add_sub"},

@@ -48,8 +48,8 @@ MISBEHAVING = """
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("Z", good)])]
             if mode == "count":
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good)])] * 2
-            if mode == "none":
-                return None
+            if mode == "dict":
+                return {"Y": good}
             if mode == "not_a_response":
                 return ["Y"]
             if mode == "float_parameter":
@@ -71,9 +71,11 @@ MISTAKES = {
     "dtype": (500, "returned output 'Y' with datatype 'FP32', but its config declares 'INT32'"),
     "shape": (500, "returned output 'Y' with shape [5], which does not match its config dims [4]"),
     "undeclared": (500, "returned output 'Z', which its config does not declare"),
-    "count": (500, "execute of python model 'misbehaving' returned 2 responses for 1 requests"),
-    "none": (500, "execute of python model 'misbehaving' returned None"),
-    "not_a_response": (500, "returned a str as response 0; expected a pb_utils.InferenceResponse"),
+    "count": (500, "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                   "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:2"),
+    "dict": (500, "Expected a list in the execute return, found type '<class 'dict'>'."),
+    "not_a_response": (500, "Expected an 'InferenceResponse' object in the execute function return list, "
+                            "found type '<class 'str'>'."),
     "float_parameter": (500, "response parameter 'score' must be one of bool, int, str, got float"),
     "complex": (500, "tensor 'Y' has numpy dtype complex64, which has no Triton datatype"),
 }

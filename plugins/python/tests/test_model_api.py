@@ -1,6 +1,7 @@
 """triton_python_backend_utils without a server: tensors, types, BYTES, ModelConfig, errors, logger, seams."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -125,16 +126,28 @@ def test_request_accessors() -> None:
     assert pb_utils.get_output_tensor_by_name(response, "Y") is response.output_tensors()[0]
 
 
-@pytest.mark.parametrize("call", [
-    lambda r: r.exec(), lambda r: r.async_exec(), lambda r: r.get_response_sender(),
-    lambda r: pb_utils.load_model("m"),
-])
-def test_later_features_raise_unsupported(call) -> None:  # type: ignore[no-untyped-def]
-    request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+def test_later_features_raise_unsupported() -> None:
     with pytest.raises(pb_utils.TritonModelException, match="not supported by triton-serve's python backend yet") \
             as raised:
+        pb_utils.load_model("m")
+    assert raised.value.code() == pb_utils.TritonError.UNSUPPORTED
+
+
+@pytest.mark.parametrize("call", [lambda r: r.exec(), lambda r: next(r.exec(decoupled=True)),
+                                  lambda r: asyncio.run(r.async_exec())])
+def test_bls_outside_a_served_model_raises(call) -> None:  # type: ignore[no-untyped-def]
+    request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+    with pytest.raises(pb_utils.TritonModelException, match="works only inside a model that the python backend "
+                                                            "serves") as raised:
         call(request)
     assert raised.value.code() == pb_utils.TritonError.UNSUPPORTED
+
+
+def test_a_request_the_model_built_has_no_response_sender() -> None:
+    request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+    with pytest.raises(pb_utils.TritonModelException, match="Response sender has no reference to the decoupled"):
+        request.get_response_sender()
+    assert not request.is_cancelled()
 
 
 def test_logger_tags_lines_with_level_and_caller() -> None:

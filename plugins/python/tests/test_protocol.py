@@ -1,8 +1,10 @@
 """The server <-> worker wire without a worker: every field of EXECUTE and RESULT survives its frame, however split."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
+from collections.abc import AsyncIterator
 import time
 
 import numpy as np
@@ -178,3 +180,56 @@ def test_a_call_the_server_closes_on_raises() -> None:
     assert channel.receive() is None
     worker_end.close()
     server_end.close()
+
+
+async def _count(n: int) -> AsyncIterator[int]:
+    for i in range(n):
+        await asyncio.sleep(0)
+        yield i
+
+
+async def _slow_add(a: int, b: int) -> int:
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+async def _fail_midway() -> AsyncIterator[int]:
+    yield 1
+    raise ServerError("stopped midway", Status.UNAVAILABLE)
+
+
+def test_awaited_and_streaming_calls_answer_from_the_event_loop() -> None:
+    server_end, worker_end = socket.socketpair()
+    worker_end.settimeout(60)
+    channel = BlockingChannel(worker_end)
+    results: dict[str, object] = {}
+
+    def worker() -> None:
+        results["stream"] = list(channel.call_stream("count", 3))
+        results["add"] = channel.call("slow_add", 2, 3)
+        received: list[object] = []
+        try:
+            received.extend(channel.call_stream("fail_midway"))
+        except CallFailed as failure:
+            received.append((failure.message, failure.code_name))
+        results["fail"] = received
+        worker_end.shutdown(socket.SHUT_WR)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server_end.setblocking(False)
+        calls = WorkerCalls("worker", {"count": _count, "slow_add": _slow_add, "fail_midway": _fail_midway},
+                            server_end.sendall)
+        decoder = FrameDecoder()
+        while data := await asyncio.wait_for(loop.sock_recv(server_end, 65536), 60):
+            for kind, body in decoder.feed(data):
+                assert kind == Kind.CALL
+                calls.on_call(*body)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    asyncio.run(serve())
+    thread.join()
+    worker_end.close()
+    server_end.close()
+    assert results == {"stream": [0, 1, 2], "add": 5, "fail": [1, ("stopped midway", "UNAVAILABLE")]}

@@ -265,6 +265,9 @@ def test_example_repository(kit: Any, python_server: Any, client_for: Any) -> No
     assert lengths.tolist() == [[4], [5]]
     assert ids.shape == (2, 5) and ids[0, -1] == 0  # the shorter row is padded with [PAD] = 0
     assert ids[0, 0] == ids[1, 0] == 2 and ids[0, 3] == ids[1, 4] == 3  # [CLS] ... [SEP]
+    result = kit.infer(client, "bls_add_sub", INPUT0=a, INPUT1=a + 1)  # calls add_sub through BLS
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2 + 1)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.full_like(a, -1))
 
 
 def test_example_repository_over_grpc(python_server: Any) -> None:
@@ -303,6 +306,22 @@ def test_example_repository_over_grpc(python_server: Any) -> None:
     assert [error for _, error in answers] == [None] * 3
     assert sorted(r.get_response().id for r, _ in answers) == ["0", "1", "2"]
     assert all((r.as_numpy("OUTPUT1") == 0).all() for r, _ in answers)
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    text = grpcclient.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"stream these four tokens"], dtype=object))
+    client.async_stream_infer("token_streamer", [text], enable_empty_final_response=True)
+    tokens = []
+    while True:
+        result, error = results.get(timeout=60)
+        assert error is None
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+        tokens.append(result.as_numpy("text_output")[0])
+    client.stop_stream()
+    client.close()
+    assert tokens == [b"stream", b"these", b"four", b"tokens"]
 
     async def with_aio() -> list[Any]:
         aio = grpcaio.InferenceServerClient(server.grpc_url)

@@ -120,6 +120,8 @@ def test_stack_requests_is_opt_in(parameters: str, stacks: bool) -> None:
      "parameters of python model 'reporter': 'stack_requests' needs max_batch_size > 0"),
     (CONFIG + STACKED + "sequence_batching { }",
      "parameters of python model 'reporter': 'stack_requests' cannot be used with sequence_batching"),
+    (CONFIG + STACKED + "model_transaction_policy { decoupled: true }",
+     "parameters of python model 'reporter': 'stack_requests' cannot be used with a decoupled model"),
 ])
 def test_invalid_stack_requests_settings_are_refused(config: str, words: str) -> None:
     with pytest.raises(ServerError) as raised:

@@ -28,9 +28,6 @@ class PythonBackend(Backend):
         auto_complete(model, self.settings.for_model(model.config).stub_timeout_seconds)
 
     def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        if model.config.model_transaction_policy.decoupled:
-            raise ServerError(f"python model '{model.name}' is decoupled, which triton-serve's python backend "
-                              "does not support yet", Status.UNSUPPORTED)
         if not model.model_file.is_file():
             raise ServerError(f"python model '{model.name}' version {model.version} has no model file "
                               f"'{model.model_file.name}' in {model.version_dir}", Status.NOT_FOUND)

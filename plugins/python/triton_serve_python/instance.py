@@ -25,8 +25,12 @@ class PythonModelInstance(ModelInstance):
 
     While the worker is dead or restarting the instance is not ready (so neither is the model nor, with
     strict readiness, the server) and requests fail at once with UNAVAILABLE. With ``stack``, a batch reaches
-    ``execute`` as one request whose inputs are stacked along the batch dimension (stacking.py).
+    ``execute`` as one request whose inputs are stacked along the batch dimension (stacking.py). Requests the
+    model answers through response senders stay open after ``execute`` returns (``answers_later``) until
+    their final response, the worker's death or the unload.
     """
+
+    answers_later = True
 
     def __init__(self, model: ModelSpec, instance: InstanceSpec, options: PythonBackendOptions, *,
                  stack: bool = False) -> None:
@@ -44,6 +48,7 @@ class PythonModelInstance(ModelInstance):
         spec = self.model
         return {
             "model_file": str(spec.model_file),
+            "decoupled": spec.config.model_transaction_policy.decoupled,
             "outputs": [output.name for output in spec.config.output],
             "args": {  # exactly the seven keys Triton gives ``initialize``
                 "model_config": json.dumps(config_to_json(spec.config)),
@@ -57,7 +62,7 @@ class PythonModelInstance(ModelInstance):
         }
 
     async def _start_worker(self) -> WorkerProcess:
-        worker = WorkerProcess(self.label, self.options, self._on_worker_exit)
+        worker = WorkerProcess(self.label, self.options, self._on_worker_exit, self.model.client)
         await worker.start(self._init_message())
         return worker
 
@@ -72,7 +77,7 @@ class PythonModelInstance(ModelInstance):
     def not_ready_reason(self) -> str:
         return f"python backend worker for {self.label} {self._not_running}"
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse]:
+    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
         worker = self._worker
         if worker is None or not worker.running:
             raise unavailable(f"python backend worker for {self.label} {self._not_running}")
@@ -80,11 +85,17 @@ class PythonModelInstance(ModelInstance):
             if self.stack:
                 stacked = await worker.execute([stack_requests(requests, self.model.config)])
                 return unstack_response(stacked[0], requests, self.model.config)
-            return await worker.execute(requests)
+            responses = await worker.execute(requests)
         except WorkerFailure as failure:
             next_step = "it is being restarted" if self.options.restart_on_failure else "it will not be restarted"
             raise ServerError(f"python backend worker for {self.label} {failure} while executing the "
                               f"request; {next_step}", Status.INTERNAL) from None
+        if all(response is not None for response in responses):
+            return responses  # type: ignore[return-value]
+        for request, response in zip(requests, responses):  # some answer through their response senders
+            if response is not None:
+                request.send(response)
+        return None
 
     async def unload(self) -> None:
         self._unloading = True

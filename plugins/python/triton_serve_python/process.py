@@ -11,11 +11,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from triton_serve.client import InferenceClient
 from triton_serve.errors import ServerError, Status
 from triton_serve.inference import InferenceRequest, InferenceResponse
 
 from .arena import Arena, TensorLayout, grown_size
+from .bls_calls import BlsCalls
 from .metric_calls import WorkerMetrics
+from .open_requests import OpenRequests
 from .options import PythonBackendOptions
 from .protocol import FrameDecoder, Kind, Message, ResponseTuple, encode
 from .server_calls import WorkerCalls
@@ -83,10 +86,12 @@ class WorkerProcess:
 
     ``start`` launches it and initializes the model; ``execute`` runs one batch at a time; ``stop`` finalizes
     it. If it exits by itself or is killed (a crash, ``os._exit``, an execute timeout) after starting,
-    ``on_exit`` is called with how it ended, and its arenas are released. Runs on the server's event loop.
+    ``on_exit`` is called with how it ended, its arenas are released, its BLS calls are cancelled and the
+    requests it still had to answer through response senders fail. Runs on the server's event loop.
     """
 
-    def __init__(self, label: str, options: PythonBackendOptions, on_exit: Callable[[str], None]) -> None:
+    def __init__(self, label: str, options: PythonBackendOptions, on_exit: Callable[[str], None],
+                 client: InferenceClient | None = None) -> None:
         self.label = label  # "instance 'm_0_0' of python model 'm'"
         self.options = options
         self._on_exit = on_exit
@@ -100,7 +105,11 @@ class WorkerProcess:
         self._stopping = False
         self.exit_description: str | None = None
         self._metrics = WorkerMetrics()
-        self._calls = WorkerCalls(label, self._metrics.handlers(), self._send)
+        self.open_requests = OpenRequests(label)
+        handlers = {**self._metrics.handlers(), "is_cancelled": self.open_requests.is_cancelled}
+        if client is not None:
+            handlers.update(BlsCalls(client, self.open_requests).handlers())
+        self._calls = WorkerCalls(label, handlers, self._send)
 
     @property
     def running(self) -> bool:
@@ -197,6 +206,10 @@ class WorkerProcess:
             self._transport.close()
         self._release_arenas()
         self._metrics.release_all()
+        self._calls.close()
+        how = "was stopped because the model unloads" if self._stopping else self.exit_description
+        self.open_requests.fail_all(f"python backend worker for {self.label} {how} before the model sent the "
+                                    "final response")
         if self._reply is not None and not self._reply.done():
             self._reply.set_exception(WorkerFailure(self.exit_description))
         if self._ready and not self._stopping:
@@ -249,7 +262,9 @@ class WorkerProcess:
             self._transport.write(frame)
 
     def _on_message(self, kind: Kind, body: Any) -> None:
-        if kind == Kind.NOTIFY:
+        if kind == Kind.RESPONSE:
+            self.open_requests.deliver(*body)
+        elif kind == Kind.NOTIFY:
             self._calls.on_notify(*body)
         elif kind == Kind.CALL:
             self._calls.on_call(*body)
@@ -299,8 +314,9 @@ class WorkerProcess:
 
     # ---- requests -------------------------------------------------------------------------------
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
-        """Run one batch; a batch-level error is raised as ServerError, a dead worker as WorkerFailure."""
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse | None]:
+        """Run one batch: a response per request, or None where the model answers through the request's
+        response sender. A batch-level error is raised as ServerError, a dead worker as WorkerFailure."""
         if not self.running:
             raise WorkerFailure(self.exit_description or "is not running")
         layout = TensorLayout()
@@ -313,8 +329,15 @@ class WorkerProcess:
                 raise ServerError(f"no shared memory for {layout.size} bytes of inputs of {self.label}: {error}",
                                   Status.UNAVAILABLE) from None
         layout.write(self._arenas["input"].buf)
-        _kind, (batch_error, responses) = await self._call(Kind.EXECUTE, (new_input, described),
-                                                           self.options.execute_timeout_seconds, "execute")
+        keys = self.open_requests.add(requests)
+        try:
+            _kind, (batch_error, responses) = await self._call(Kind.EXECUTE, (new_input, described, keys),
+                                                               self.options.execute_timeout_seconds, "execute")
+        except BaseException:
+            self.open_requests.executed(keys, [True] * len(keys))  # the caller fails the whole batch
+            raise
+        answered = [True] * len(keys) if responses is None else [response is not None for response in responses]
+        self.open_requests.executed(keys, answered)
         if batch_error is not None:
             message, code_name, trace = batch_error
             if trace:

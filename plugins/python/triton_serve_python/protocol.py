@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -28,14 +28,14 @@ class Kind(IntEnum):
 
     # server -> worker
     INIT = 1  # init dict: model_file, outputs, args, input_arena, output_arena
-    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...])
+    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...])
     GROWN = 3  # (new output arena name or None, error text or None)
     FINALIZE = 4  # None
     # worker -> server
     STARTED = 5  # None: the process is up and waits for INIT
     READY = 6  # None
     FAILED = 7  # (message, traceback text)
-    RESULT = 8  # (BatchError or None, [ResponseTuple, ...] or None); the server swaps in core responses
+    RESULT = 8  # (BatchError or None, [ResponseTuple or None, ...] or None); None: answered through a sender
     GROW = 9  # bytes needed in the output arena
     LOG = 10  # (level name, line)
     FINALIZED = 11  # None
@@ -43,10 +43,14 @@ class Kind(IntEnum):
     NOTIFY = 13  # (method name, argument tuple): the same without an answer
     # server -> worker
     REPLY = 14  # (call id, result, None) or (call id, None, (error message, status code name))
+    PART = 15  # (call id, item): one item of a streaming call's result, before its REPLY
+    # worker -> server
+    RESPONSE = 16  # (request key, InlineResponse or None, final): a response sender's response
 
 
 _KINDS = {kind.value: kind for kind in Kind}  # a dict lookup is several times faster than Kind(code)
 _REPLY = Kind.REPLY  # on the receive path, a global is faster than the enum's attribute
+_PART = Kind.PART
 Message = tuple[Kind, Any]  # (kind, body)
 # One request of an EXECUTE: (id, correlation id, flags, timeout in µs, requested output names, parameters, inputs).
 RequestTuple = tuple[str, int | str, int, int, list[str], dict[str, Any], list[TensorRef]]
@@ -54,6 +58,10 @@ RequestTuple = tuple[str, int | str, int, int, list[str], dict[str, Any], list[T
 ResponseTuple = tuple[list[TensorRef] | None, dict[str, Any] | None, tuple[str, str] | None]
 # A batch that failed as a whole: (message, status code name, traceback text or None).
 BatchError = tuple[str, str, str | None]
+# A tensor whose bytes travel inside the frame: (name, datatype, shape, bytes).
+InlineTensor = tuple[str, str, tuple[int, ...], bytes]
+# A response that travels inside the frame: (tensors, parameters, None) or (None, None, (message, code name)).
+InlineResponse = tuple[list[InlineTensor] | None, dict[str, Any] | None, tuple[str, str] | None]
 
 
 def encode(kind: Kind, body: Any = None) -> bytes:
@@ -112,6 +120,7 @@ class BlockingChannel:
         self._closed = False
         self._inbox: deque[Message] = deque()
         self._replies: dict[int, tuple[Any, tuple[str, str] | None]] = {}
+        self._parts: dict[int, deque[Any]] = {}  # items of streaming calls, by call id
         self._call_ids = itertools.count(1)
         self._deferred: deque[bytes] = deque()  # frames from notify_soon, sent before the next frame
 
@@ -133,7 +142,7 @@ class BlockingChannel:
         if not self._inbox and not self._closed and self._read_lock.acquire(False):
             try:  # the serving loop's usual case: nothing filed, nobody reading
                 message = self._read()
-                if message is not None and message[0] is not _REPLY:
+                if message is not None and message[0] is not _REPLY and message[0] is not _PART:
                     return message
                 self._file(message)
             finally:
@@ -155,6 +164,35 @@ class BlockingChannel:
         if error is not None:
             raise CallFailed(*error)
         return result
+
+    def call_stream(self, method: str, *args: Any) -> Iterator[Any]:
+        """Run the streaming ``method(*args)`` on the server and yield each item it sends as it comes; raise
+        CallFailed with the server's error, or ConnectionError if the server closed the connection first."""
+        call_id = next(self._call_ids)
+        parts: deque[Any] = deque()
+        self._parts[call_id] = parts
+
+        def take() -> tuple[Kind, Any] | None:
+            if parts:
+                return _PART, parts.popleft()
+            answer = self._replies.pop(call_id, None)
+            return None if answer is None else (_REPLY, answer)
+
+        try:
+            self.send(encode(Kind.CALL, (call_id, method, args)))
+            while True:
+                found = self._wait(take)
+                if found is None:
+                    raise ConnectionError("the server closed the connection")
+                kind, value = found
+                if kind is _PART:
+                    yield value
+                    continue
+                if value[1] is not None:
+                    raise CallFailed(*value[1])
+                return
+        finally:
+            del self._parts[call_id]
 
     def notify(self, method: str, *args: Any) -> None:
         """Run ``method(*args)`` on the server without waiting; the server logs a failure."""
@@ -203,6 +241,11 @@ class BlockingChannel:
         elif message[0] is _REPLY:
             call_id, result, error = message[1]
             self._replies[call_id] = (result, error)
+        elif message[0] is _PART:
+            call_id, item = message[1]
+            parts = self._parts.get(call_id)
+            if parts is not None:  # None: the caller stopped reading
+                parts.append(item)
         else:
             self._inbox.append(message)
 

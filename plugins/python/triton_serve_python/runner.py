@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from .arena import read_tensor
+from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
 from .pb_utils.errors import TritonError
 from .pb_utils.messages import InferenceRequest, InferenceResponse
+from .pb_utils.response_sender import InferenceResponseSender
+from .pb_utils.server_link import ServerLink
 from .pb_utils.tensor import Tensor
 from .protocol import RequestTuple
 
@@ -36,10 +39,13 @@ def load_model_class(model_file: str) -> type:
 class ModelRunner:
     """One TritonPythonModel object and the calls the server asks for; ``async def`` methods are awaited."""
 
-    def __init__(self, model_file: str, model_name: str, model_version: int, all_outputs: Sequence[str]) -> None:
+    def __init__(self, model_file: str, model_name: str, model_version: int, all_outputs: Sequence[str], *,
+                 decoupled: bool, link: ServerLink) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.all_outputs = list(all_outputs)
+        self.decoupled = decoupled
+        self.link = link
         model_class = load_model_class(model_file)
         if not callable(getattr(model_class, "execute", None)):
             raise AttributeError(f"TritonPythonModel of python model '{model_name}' has no execute method")
@@ -58,34 +64,51 @@ class ModelRunner:
             if self._loop is not None:
                 self._loop.close()
 
-    def execute(self, requests: list[RequestTuple], input_buffer: memoryview) -> list[InferenceResponse]:
-        """Run one batch; raise TritonError if ``execute`` does not return one response per request."""
-        batch = [self._request(request, input_buffer) for request in requests]
-        responses = self._call(self.model.execute, batch)
-        return self._checked(responses, len(batch))
+    def execute(self, requests: list[RequestTuple], input_buffer: memoryview,
+                keys: Sequence[int]) -> list[InferenceResponse | None]:
+        """Run one batch (``keys``: the server's key for each request): one returned response per request, or
+        None where the request is answered through its response sender. Raise TritonError if ``execute``
+        returns something else (Triton's messages)."""
+        batch = [self._request(request, input_buffer, key) for request, key in zip(requests, keys)]
+        token = calling_requests.set(tuple(keys))
+        try:
+            return self._checked(self._call(self.model.execute, batch), batch)
+        except BaseException:
+            for request in batch:  # the batch fails as a whole: the server answers every request
+                request._sender._close()  # type: ignore[union-attr]
+            raise
+        finally:
+            calling_requests.reset(token)
 
-    def _request(self, request: RequestTuple, input_buffer: memoryview) -> InferenceRequest:
+    def _request(self, request: RequestTuple, input_buffer: memoryview, key: int) -> InferenceRequest:
         request_id, correlation_id, flags, timeout, outputs, parameters, refs = request
         inputs = [Tensor._typed(ref[0], read_tensor(input_buffer, ref, copy=False), BY_NAME[ref[1]]) for ref in refs]
-        return InferenceRequest(
+        built = InferenceRequest(
             model_name=self.model_name, model_version=self.model_version, inputs=inputs,
             requested_output_names=outputs or self.all_outputs, request_id=request_id,
             correlation_id=correlation_id, flags=flags, timeout=timeout, parameters=parameters)
+        built._sender = InferenceResponseSender(self.link, key, self.decoupled)
+        return built
 
-    def _checked(self, responses: Any, expected: int) -> list[InferenceResponse]:
-        where = f"execute of python model '{self.model_name}'"
+    def _checked(self, responses: Any, batch: list[InferenceRequest]) -> list[InferenceResponse | None]:
         if responses is None:
-            raise TritonError(f"{where} returned None; a model that is not decoupled must return a list with "
-                              "one pb_utils.InferenceResponse per request")
-        if not isinstance(responses, (list, tuple)):
-            raise TritonError(f"{where} returned a {type(responses).__name__}; expected a list of "
-                              "pb_utils.InferenceResponse, one per request")
-        if len(responses) != expected:
-            raise TritonError(f"{where} returned {len(responses)} responses for {expected} requests")
-        for index, response in enumerate(responses):
+            return [None] * len(batch)
+        if self.decoupled:
+            raise TritonError(f"Python model '{self.model_name}' is using the decoupled mode and the execute "
+                              "function must return None.")
+        if not isinstance(responses, list):
+            raise TritonError(f"Expected a list in the execute return, found type '{type(responses)}'.")
+        if len(responses) != len(batch):
+            raise TritonError("Number of InferenceResponse objects do not match the number of InferenceRequest "
+                              f"objects. InferenceRequest(s) size is:{len(batch)}, and InferenceResponse(s) size "
+                              f"is:{len(responses)}\n")
+        for request, response in zip(batch, responses):
+            if response is None:
+                continue
             if not isinstance(response, InferenceResponse):
-                raise TritonError(f"{where} returned a {type(response).__name__} as response {index}; "
-                                  "expected a pb_utils.InferenceResponse")
+                raise TritonError("Expected an 'InferenceResponse' object in the execute function return list, "
+                                  f"found type '{type(response)}'.")
+            request._sender._returned()  # type: ignore[union-attr]
         return list(responses)
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:

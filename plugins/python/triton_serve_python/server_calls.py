@@ -1,8 +1,11 @@
 """The server's side of worker -> server calls: CALL and NOTIFY messages run named handlers on the event loop."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from triton_serve.plugin import ServerError
@@ -10,7 +13,9 @@ from triton_serve.plugin import ServerError
 from .protocol import Kind, encode
 
 log = logging.getLogger("triton_serve_python")
-Handler = Callable[..., Any]  # called with the message's arguments; raises ServerError to fail the call
+# Called with the message's arguments; returns a value, a coroutine of one, or an async generator of items
+# (a streaming call); raises ServerError to fail the call.
+Handler = Callable[..., Any]
 
 
 class WorkerCalls:
@@ -19,23 +24,60 @@ class WorkerCalls:
     A CALL gets a REPLY frame through ``send``: the handler's result (a value marshal can write), or the
     error's message and status (a ServerError keeps both; anything else is INTERNAL). A NOTIFY gets no
     answer, so a failing one is logged. Handlers run between the worker's other messages, in the order the
-    worker sent them, and must not block.
+    worker sent them, and must not block. A handler that returns a coroutine is awaited in a task, so the
+    worker's other messages go on meanwhile; one that returns an async generator streams: a PART frame per
+    item, then the REPLY. ``close`` cancels the calls still running.
     """
 
     def __init__(self, label: str, handlers: Mapping[str, Handler], send: Callable[[bytes], None]) -> None:
         self.label = label
         self._handlers = dict(handlers)
         self._send = send
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def on_call(self, call_id: int, method: str, args: tuple[Any, ...]) -> None:
         try:
-            frame = encode(Kind.REPLY, (call_id, self._run(method, args), None))
-        except ServerError as error:
-            frame = encode(Kind.REPLY, (call_id, None, (error.message, error.status.name)))
+            result = self._run(method, args)
         except Exception as error:
-            log.exception("call %s from the python backend worker for %s failed", method, self.label)
-            frame = encode(Kind.REPLY, (call_id, None, (f"{type(error).__name__}: {error}", "INTERNAL")))
-        self._send(frame)
+            self._send(self._failure(call_id, method, error))
+            return
+        if inspect.iscoroutine(result) or isinstance(result, AsyncGenerator):
+            task = asyncio.get_running_loop().create_task(self._answer_later(call_id, method, result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._send(self._reply(call_id, result))
+
+    def close(self) -> None:
+        """Cancel the calls still running (the worker is gone)."""
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _answer_later(self, call_id: int, method: str, pending: Any) -> None:
+        try:
+            if isinstance(pending, AsyncGenerator):
+                async with contextlib.aclosing(pending):  # a cancelled call closes it at once
+                    async for item in pending:
+                        self._send(encode(Kind.PART, (call_id, item)))
+                result = None
+            else:
+                result = await pending
+        except Exception as error:
+            self._send(self._failure(call_id, method, error))
+            return
+        self._send(self._reply(call_id, result))
+
+    def _reply(self, call_id: int, result: Any) -> bytes:
+        try:
+            return encode(Kind.REPLY, (call_id, result, None))
+        except ValueError as error:
+            return self._failure(call_id, "reply", error)
+
+    def _failure(self, call_id: int, method: str, error: Exception) -> bytes:
+        if isinstance(error, ServerError):
+            return encode(Kind.REPLY, (call_id, None, (error.message, error.status.name)))
+        log.error("call %s from the python backend worker for %s failed", method, self.label, exc_info=error)
+        return encode(Kind.REPLY, (call_id, None, (f"{type(error).__name__}: {error}", "INTERNAL")))
 
     def on_notify(self, method: str, args: tuple[Any, ...]) -> None:
         try:

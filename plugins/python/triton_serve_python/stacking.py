@@ -27,6 +27,9 @@ def stacks_requests(config: ModelConfig) -> bool:
     if config.HasField("sequence_batching"):
         raise ServerError(f"{where}: '{STACK_REQUESTS}' cannot be used with sequence_batching, since a stacked "
                           "request carries one correlation id for the requests of several sequences")
+    if config.model_transaction_policy.decoupled:
+        raise ServerError(f"{where}: '{STACK_REQUESTS}' cannot be used with a decoupled model, since a stacked "
+                          "request has no response sender for each request it holds")
     return True
 
 

@@ -32,10 +32,16 @@ def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout
     return described
 
 
-def read_responses(results: list[ResponseTuple], output_buffer: memoryview) -> list[InferenceResponse]:
-    """Core responses from the worker's response tuples; output bytes are copied out of the arena."""
-    responses = []
-    for refs, parameters, error in results:
+def read_responses(results: list[ResponseTuple | None],
+                   output_buffer: memoryview) -> list[InferenceResponse | None]:
+    """Core responses from the worker's response tuples (None stays None: answered through a response sender);
+    output bytes are copied out of the arena."""
+    responses: list[InferenceResponse | None] = []
+    for result in results:
+        if result is None:
+            responses.append(None)
+            continue
+        refs, parameters, error = result
         if error is not None:
             message, code_name = error
             responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))

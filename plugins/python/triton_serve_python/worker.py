@@ -40,7 +40,9 @@ class WorkerArenas:
         close_mapping(old)
 
 
-def _response_tuple(response: InferenceResponse, layout: TensorLayout) -> ResponseTuple:
+def _response_tuple(response: InferenceResponse | None, layout: TensorLayout) -> ResponseTuple | None:
+    if response is None:  # answered through the request's response sender
+        return None
     error = response.error()
     if error is not None:
         return None, None, (error.message(), error.code_name())
@@ -57,10 +59,10 @@ def _batch_error(error: Exception, model_name: str) -> BatchError:
 
 
 def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas,
-              requests: list[RequestTuple]) -> bytes:
+              requests: list[RequestTuple], keys: list[int]) -> bytes:
     """The RESULT frame for one batch; a failure anywhere, encoding included, makes it a batch error."""
     try:
-        responses = runner.execute(requests, arenas.input.buf)
+        responses = runner.execute(requests, arenas.input.buf, keys)
         layout = TensorLayout()
         results = [_response_tuple(response, layout) for response in responses]
         if layout.size > arenas.output.size:
@@ -78,10 +80,10 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
             return 0
         kind, body = message
         if kind == Kind.EXECUTE:
-            input_arena, requests = body
+            input_arena, requests, keys = body
             if input_arena is not None:
                 arenas.replace_input(input_arena)
-            channel.send(run_batch(channel, runner, arenas, requests))
+            channel.send(run_batch(channel, runner, arenas, requests, keys))
         elif kind == Kind.FINALIZE:
             try:
                 runner.finalize()
@@ -104,11 +106,12 @@ def main(argv: list[str]) -> int:
     if message is None or message[0] != Kind.INIT:
         return 1
     init = message[1]
-    set_server_link(ServerLink(channel, init["args"]["model_instance_name"]))
+    link = ServerLink(channel, init["args"]["model_instance_name"])
+    set_server_link(link)
     try:
         arenas = WorkerArenas(init["input_arena"], init["output_arena"])
         runner = ModelRunner(init["model_file"], init["args"]["model_name"], int(init["args"]["model_version"]),
-                             init["outputs"])
+                             init["outputs"], decoupled=init["decoupled"], link=link)
         runner.initialize(init["args"])
     except Exception as error:
         channel.send(encode(Kind.FAILED, (f"{type(error).__name__}: {error}", traceback.format_exc())))

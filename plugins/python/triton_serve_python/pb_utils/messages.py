@@ -5,8 +5,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from . import bls
 from .errors import TritonError, TritonModelException, unsupported
 from .parameters import checked_parameters
+from .response_sender import InferenceResponseSender
 from .tensor import Tensor
 
 TRITONSERVER_MEMORY_CPU = 0
@@ -63,7 +65,8 @@ class InferenceResponse:
 
 
 class InferenceRequest:
-    """A request as ``execute`` receives it. Building one to call another model (BLS ``exec``) comes later."""
+    """A request: as ``execute`` receives it (with a response sender), or built by a model to run another
+    model of the server (business logic scripting: ``exec``, ``async_exec``)."""
 
     def __init__(self, *, model_name: str, requested_output_names: Sequence[str], inputs: Sequence[Tensor],
                  request_id: str = "", correlation_id: int | str = 0, model_version: int = -1, flags: int = 0,
@@ -84,6 +87,7 @@ class InferenceRequest:
         self._preferred_memory = preferred_memory or PreferredMemory()
         self._trace = trace or InferenceTrace()
         self._parameters = checked_parameters(parameters, "request", (bool, int, float, str))
+        self._sender: InferenceResponseSender | None = None  # set on the requests ``execute`` receives
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -123,17 +127,26 @@ class InferenceRequest:
         return list(self._requested_output_names)
 
     def is_cancelled(self) -> bool:
-        """Whether the client cancelled the request; cancellation is not forwarded yet, so always False."""
-        return False
+        """Whether the client cancelled the request (asks the server; False for a request the model built)."""
+        return self._sender is not None and self._sender.is_cancelled()
 
-    def get_response_sender(self) -> Any:
-        raise unsupported("InferenceRequest.get_response_sender (decoupled models)")
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The sender that answers this request from any thread, during or after ``execute``."""
+        if self._sender is None:
+            raise TritonModelException("Unable to send response. Response sender has no reference to the "
+                                       "decoupled state of the model.")
+        return self._sender
 
     def set_release_flags(self, flags: int) -> None:
         raise unsupported("InferenceRequest.set_release_flags (request rescheduling)")
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise unsupported("InferenceRequest.exec (business logic scripting, BLS)")
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on its model and return the response (an iterator of responses with
+        ``decoupled=True``); a failure is a response whose ``has_error()`` is True."""
+        if decoupled:
+            return bls.execute_streaming(self)
+        return bls.execute(self)
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        raise unsupported("InferenceRequest.async_exec (business logic scripting, BLS)")
+        """``exec`` as an awaitable, for ``async def execute``."""
+        return bls.execute_async(self, decoupled)

@@ -1,9 +1,10 @@
 """The model's line to the server: calls that pb_utils makes from inside a worker (answered by server_calls.py)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..protocol import CallFailed
+from ..protocol import CallFailed, InlineResponse, Kind, encode
 from .errors import CODE_NAMES, TritonError, TritonModelException
 
 _CODES = {name: code for code, name in CODE_NAMES.items()}
@@ -12,7 +13,11 @@ _CODES = {name: code for code, name in CODE_NAMES.items()}
 class CallChannel(Protocol):
     """What the link sends through: the worker's BlockingChannel."""
 
+    def send(self, frame: bytes) -> None: ...
+
     def call(self, method: str, *args: Any) -> Any: ...
+
+    def call_stream(self, method: str, *args: Any) -> Iterator[Any]: ...
 
     def notify(self, method: str, *args: Any) -> None: ...
 
@@ -34,6 +39,18 @@ class ServerLink:
         except CallFailed as failure:
             raise TritonModelException(self.failure(failure.message), _CODES.get(failure.code_name,
                                                                                  TritonError.INTERNAL)) from None
+
+    def call_raw(self, method: str, *args: Any) -> Any:
+        """``call`` that lets CallFailed through, for callers that turn it into a response."""
+        return self._channel.call(method, *args)
+
+    def call_stream(self, method: str, *args: Any) -> Iterator[Any]:
+        """The items of the streaming call ``method(*args)`` as the server sends them; CallFailed ends it."""
+        return self._channel.call_stream(method, *args)
+
+    def respond(self, key: int, response: InlineResponse | None, final: bool) -> None:
+        """Send a response sender's response for the request the server knows as ``key``."""
+        self._channel.send(encode(Kind.RESPONSE, (key, response, final)))
 
     def notify(self, method: str, *args: Any) -> None:
         """Run ``method(*args)`` on the server without waiting for it."""

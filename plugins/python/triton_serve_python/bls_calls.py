@@ -1,0 +1,123 @@
+"""The server's side of business logic scripting: a worker's ``exec`` calls run requests through the in-process
+client, so they take the normal inference path (validation, scheduling, batching, statistics)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import numpy as np
+
+from triton_serve.client import InferenceClient
+from triton_serve.errors import ServerError, Status
+from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+from .inline import pack_array, unpack_array
+from .open_requests import OpenRequests
+from .protocol import InlineResponse
+
+DEFAULT_WAIT_S = 30.0  # how long a BLS request without a timeout waits for each response
+_SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
+_EMPTY: InlineResponse = ([], {}, None)
+
+
+def pack_core_response(response: InferenceResponse) -> InlineResponse:
+    """A core response in the frames' form."""
+    if response.error is not None:
+        return None, None, (response.error.message, response.error.status.name)
+    tensors = [pack_array(t.name, t.datatype, np.asarray(t.data).reshape(t.shape)) for t in response.outputs]
+    return tensors, response.parameters, None
+
+
+def build_request(packed: dict[str, Any]) -> InferenceRequest:
+    """The core request a worker's pb_utils.InferenceRequest describes (bls.pack_request)."""
+    version = int(packed["model_version"])
+    inputs = {t[0]: Tensor(t[0], t[1], tuple(t[2]), unpack_array(t)) for t in packed["inputs"]}
+    request = InferenceRequest(packed["model_name"], version if version >= 0 else None, id=packed["request_id"],
+                               inputs=inputs, outputs=[RequestedOutput(name) for name in packed["outputs"]],
+                               parameters=dict(packed["parameters"]))
+    request.timeout_us = int(packed["timeout"])
+    request.sequence_id = packed["correlation_id"]
+    request.sequence_start = bool(packed["flags"] & _SEQUENCE_START)
+    request.sequence_end = bool(packed["flags"] & _SEQUENCE_END)
+    return request
+
+
+def _failure(model_name: str, detail: str, status: Status) -> ServerError:
+    return ServerError(f"Model {model_name} - Error when running inference: {detail}", status)
+
+
+class BlsCalls:
+    """The ``infer`` and ``infer_stream`` calls of one worker.
+
+    Each response is awaited for at most the request's timeout, or DEFAULT_WAIT_S without one: a model
+    that calls itself while its only instance runs the calling ``execute``, or whose callees are all busy
+    in BLS calls of their own, gets an error after that bound instead of hanging, and the request is
+    cancelled. A call still running when the worker dies is cancelled with its request, and so is one whose
+    calling requests (those whose ``execute`` made it) are all cancelled.
+    """
+
+    def __init__(self, client: InferenceClient, open_requests: OpenRequests) -> None:
+        self._client = client
+        self._open_requests = open_requests
+
+    def handlers(self) -> dict[str, Any]:
+        return {"infer": self.infer, "infer_stream": self.infer_stream}
+
+    async def infer(self, packed: dict[str, Any]) -> InlineResponse:
+        """Run a request on a model that is not decoupled: its one response."""
+        name = packed["model_name"]
+        async with contextlib.aclosing(self._responses(packed)) as responses:
+            answers = [response async for response in responses]
+        sent = [answer for answer in answers if answer is not _EMPTY]
+        if len(sent) > 1:
+            raise _failure(name, f"Model {name} is using the decoupled. The current BLS request call doesn't "
+                                 "support models using the decoupled transaction policy. Please use "
+                                 "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
+                                 "models.'", Status.INVALID_ARG)
+        if not sent:
+            raise _failure(name, "Unexpected empty response.", Status.INTERNAL)
+        return sent[0]
+
+    def infer_stream(self, packed: dict[str, Any]) -> AsyncGenerator[InlineResponse, None]:
+        """Run a request on a decoupled model: every response as it comes, the last one maybe empty."""
+        return self._responses(packed)
+
+    async def _responses(self, packed: dict[str, Any]) -> AsyncGenerator[InlineResponse, None]:
+        name = packed["model_name"]
+        request = build_request(packed)
+        wait_s = request.timeout_us / 1e6 if request.timeout_us > 0 else DEFAULT_WAIT_S
+        try:
+            self._client.submit(request)
+        except ServerError as error:
+            if error.status in (Status.NOT_FOUND, Status.UNAVAILABLE):
+                raise _failure(name, f"Failed for execute the inference request. Model '{name}' is not ready.",
+                               error.status) from None
+            raise _failure(name, error.message, error.status) from None
+        responses = request.responses()
+        parents = self._open_requests.find(packed.get("parents", ()))
+        watcher = asyncio.get_running_loop().create_task(_cancel_with(parents, request)) if parents else None
+        try:
+            while True:
+                try:
+                    response, final = await asyncio.wait_for(anext(responses), wait_s)
+                except asyncio.TimeoutError:
+                    raise _failure(name, f"no response within {wait_s:g} s, so the request was cancelled (a "
+                                         "BLS request waits that long for each response: its timeout, else "
+                                         f"{DEFAULT_WAIT_S:g} s; a model calling itself with no free instance "
+                                         "never gets one)", Status.UNAVAILABLE) from None
+                yield _EMPTY if response is None else pack_core_response(response)
+                if final:
+                    return
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if not request.finished:
+                request.cancel()
+
+
+async def _cancel_with(parents: list[InferenceRequest], child: InferenceRequest) -> None:
+    """Cancel ``child`` once every one of ``parents`` is cancelled."""
+    await asyncio.gather(*(parent.cancelled.wait() for parent in parents))
+    child.cancel()

@@ -1,0 +1,87 @@
+"""The server's side of response senders: the requests a worker may still answer, by the key it knows them by."""
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+
+from triton_serve.errors import ServerError, Status
+from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
+
+from .inline import unpack_array
+from .protocol import InlineResponse
+
+log = logging.getLogger("triton_serve_python")
+
+
+def unpack_core_response(packed: InlineResponse) -> InferenceResponse:
+    """A core response from the frames' form."""
+    tensors, parameters, error = packed
+    if error is not None:
+        message, code_name = error
+        return InferenceResponse.from_error(ServerError(message, Status[code_name]))
+    outputs = [Tensor(tensor[0], tensor[1], tuple(tensor[2]), unpack_array(tensor)) for tensor in tensors or []]
+    return InferenceResponse(outputs, parameters or {})
+
+
+class OpenRequests:
+    """Requests of one worker that are not finished: each gets a key when its batch goes to the worker, and
+    leaves once its final response is sent. Runs on the server's event loop."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._requests: dict[int, InferenceRequest] = {}
+        self._keys = itertools.count(1)
+        self._executing: set[int] = set()  # the batch in the worker now: its failure fails those requests
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def add(self, requests: Sequence[InferenceRequest]) -> list[int]:
+        """Keys for a batch about to execute."""
+        keys = [next(self._keys) for _ in requests]
+        self._requests.update(zip(keys, requests))
+        self._executing.update(keys)
+        return keys
+
+    def executed(self, keys: Sequence[int], answered: Sequence[bool]) -> None:
+        """The batch of ``keys`` returned: forget the requests ``answered`` by what it returned."""
+        self._executing.difference_update(keys)
+        for key, done in zip(keys, answered):
+            if done:
+                self._requests.pop(key, None)
+
+    def deliver(self, key: int, packed: InlineResponse | None, final: bool) -> None:
+        """Send a RESPONSE frame's response to its request (dropped if the request already ended)."""
+        request = self._requests.get(key)
+        if request is None or request.finished:
+            self._requests.pop(key, None)
+            log.debug("dropped a response of %s for a request that already ended", self.label)
+            return
+        if final:
+            del self._requests[key]
+        try:
+            response = None if packed is None else unpack_core_response(packed)
+        except Exception as error:  # a worker bug must fail the request, not the connection
+            request.fail(ServerError(f"unreadable response from the python backend worker for {self.label}: "
+                                     f"{type(error).__name__}: {error}", Status.INTERNAL))
+            self._requests.pop(key, None)
+            return
+        request.send(response, final=final)
+
+    def find(self, keys: Sequence[int]) -> list[InferenceRequest]:
+        """The open requests among ``keys``."""
+        return [self._requests[key] for key in keys if key in self._requests]
+
+    def is_cancelled(self, key: int) -> bool:
+        """The ``is_cancelled`` call: whether the client cancelled the request (False once it ended)."""
+        request = self._requests.get(key)
+        return request is not None and request.cancelled.is_set()
+
+    def fail_all(self, message: str) -> None:
+        """End every open request with ``message`` (the worker died, or the model unloads), except those of
+        the executing batch, which fail with the batch."""
+        requests = [request for key, request in self._requests.items() if key not in self._executing]
+        self._requests = {key: self._requests[key] for key in self._executing if key in self._requests}
+        for request in requests:
+            request.fail(ServerError(message, Status.INTERNAL))
