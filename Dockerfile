@@ -12,7 +12,7 @@
 # The build context must be the repository root; .dockerignore keeps it to what is copied here.
 
 FROM python:3.11-slim AS build
-ARG PLUGINS="python batching"
+ARG PLUGINS="python batching ensemble"
 ARG CORE_EXTRAS=""
 ARG EXTRA_PACKAGES=""
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -57,6 +57,11 @@ class ModelInstance(ABC):
     The scheduler never calls ``execute`` on one instance concurrently.
     """
 
+    # True when requests still open after ``execute`` returned None are answered later through
+    # ``request.send`` (a Python model's response senders); such an instance must then end each one
+    # itself, also when it fails or unloads. False: the scheduler fails them at once.
+    answers_later: bool = False
+
     async def load(self) -> None:
         """Called once before the instance serves; raise to fail the model's load."""
 

@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse
 
+if TYPE_CHECKING:
+    from .protos.model_config_pb2 import ModelConfig
+
 Submit = Callable[[InferenceRequest], None]
+# The completed config of a loaded model version (None: the latest ready one); raises as a request would.
+ConfigLookup = Callable[[str, "int | None"], "ModelConfig"]
 
 
 class InferenceClient:
@@ -17,12 +23,20 @@ class InferenceClient:
     The data plane binds it when the server starts; a client used before that raises UNAVAILABLE.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, configs: ConfigLookup | None = None) -> None:
         self._submit: Submit | None = None
+        self._configs = configs
 
     def bind(self, submit: Submit) -> None:
         """Route requests to ``submit`` (the data plane's; called once, when the server is built)."""
         self._submit = submit
+
+    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
+        """The completed config of a loaded version of model ``name`` (the latest ready one when
+        ``version`` is None); an unknown or unready model raises ServerError as a request would."""
+        if self._configs is None:
+            raise ServerError("this client cannot read model configs", Status.UNAVAILABLE)
+        return self._configs(name, version)
 
     def submit(self, request: InferenceRequest) -> None:
         """Start ``request``; read its 0..N responses with ``request.responses()``. Raises ServerError

@@ -51,7 +51,7 @@ def apply_defaults(config: ModelConfig, name: str, auto_kind: int = ModelInstanc
                           "directory name must equal model name")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
-    if not config.instance_group:
+    if not config.instance_group and not config.HasField("ensemble_scheduling"):  # an ensemble has no instances
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):
         if not group.name:

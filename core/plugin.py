@@ -11,11 +11,12 @@ from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Ten
 from .registry import BackendRegistry, CacheRegistry, SchedulerRegistry
 from .scheduling import InstancePool, ModelContext, Scheduler
 from .sources import RepositorySource, is_version_name
+from .statistics import ComputeTiming
 
 __all__ = [
-    "Backend", "BackendRegistry", "CacheRegistry", "CustomMetric", "CustomMetricFamily", "InferenceClient",
-    "InferenceRequest", "InferenceResponse", "InstancePool", "InstanceSpec", "ModelContext", "ModelInstance",
-    "ModelSpec", "RepositorySource",
+    "Backend", "BackendRegistry", "CacheRegistry", "ComputeTiming", "CustomMetric", "CustomMetricFamily",
+    "InferenceClient", "InferenceRequest", "InferenceResponse", "InstancePool", "InstanceSpec", "ModelContext",
+    "ModelInstance", "ModelSpec", "RepositorySource",
     "RequestedOutput", "ResponseCache", "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor",
     "custom_metrics", "hookimpl", "is_version_name",
 ]

@@ -27,10 +27,11 @@ KNOWN_PACKAGES: dict[str, str] = {
     "tensorrt_plan": "triton-serve-tensorrt",
     "dynamic_batching": "triton-serve-batching",
     "sequence_batching": "triton-serve-batching",
+    "ensemble": "triton-serve-ensemble",
+    "ensemble_scheduling": "triton-serve-ensemble",
 }
 
-# Ensembles (ensemble_scheduling) are not supported yet: no plugin can register them.
-SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching")
+SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
 
 def install_hint(name: str) -> str:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 # Triton's answer to a load whose model or config it could not read.
 POLL_FAILED = "failed to load '{name}', failed to poll from model repository"
+ENSEMBLE_PLATFORM = "ensemble"
 
 
 class VersionState(str, enum.Enum):
@@ -67,7 +68,7 @@ class ModelVersion:
 
     def is_ready(self) -> bool:
         """Loaded, with at least one instance able to serve (the pool routes around the others)."""
-        return self.state is VersionState.READY and any(i.is_ready() for i in self.instances)
+        return self.state is VersionState.READY and (not self.instances or any(i.is_ready() for i in self.instances))
 
     def not_ready_reason(self) -> str:
         """Why a loaded version cannot serve right now (its instances are down), or its load failure."""
@@ -150,9 +151,11 @@ class ModelRepository:
         self.options = options or RepositoryOptions()
         self.models: dict[str, Model] = {}
         # Requests from models and schedulers to other models (the data plane binds it).
-        self.client = InferenceClient()
+        self.client = InferenceClient(configs=lambda name, version: self.get_version(name, version).config)
         self._locks: dict[str, asyncio.Lock] = {}
         self._dependencies: dict[str, frozenset[str]] = {}
+        self._awaiting: dict[str, frozenset[str]] = {}  # ensembles loading -> the models they wait for
+        self._explicit: set[str] = set()  # models a load asked for (not only loaded for an ensemble)
 
     # ---- discovery ------------------------------------------------------------------------
 
@@ -281,13 +284,16 @@ class ModelRepository:
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
 
-    async def load(self, name: str, override: LoadOverride | None = None, repository: str = "") -> Model:
+    async def load(self, name: str, override: LoadOverride | None = None, repository: str = "", *,
+                   explicit: bool = True) -> Model:
         """Load or reload every version the policy selects, from the repositories named ``repository``
         (all for ""), or as ``override`` says. A reload loads beside the serving versions and switches
         once every new version is ready; if one fails, the serving versions stay and their record's
         ``reload_error`` says why. Loading a fully ready, unchanged model again does nothing, as in
         Triton. Returns this load's record, whose ``failure()`` says what failed; raises only for an
-        unknown model or repository."""
+        unknown model or repository. ``explicit`` is False when an ensemble loads the model it uses."""
+        if explicit:
+            self._explicit.add(name)
         async with self._lock(name):
             previous = self.models.get(name)
             sources: list[RepositorySource] = []
@@ -301,13 +307,15 @@ class ModelRepository:
                 model_dir, config, available = await self._read(model, sources, override)
                 # auto-complete may block: keep it off the event loop
                 config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir, config, available)
+                if config.HasField("ensemble_scheduling"):
+                    await self._load_composing(name, config)
             except ServerError as error:
                 model.error = error.message
                 await self._reject(previous, model)
                 return model
             for number in versions:
                 spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
-                                 backend.default_model_filename, self.client)
+                                 backend.default_model_filename if backend is not None else "", self.client)
                 model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
             keep_previous = previous is not None and previous.is_serving()
             if not keep_previous:
@@ -373,13 +381,58 @@ class ModelRepository:
             raise ServerError(f"failed to load '{name}': {error}") from None
         return model_dir, config, available
 
+    async def _load_composing(self, name: str, config: ModelConfig) -> None:
+        """Load the models an ensemble's steps use that are not loaded yet (as Triton does), and
+        record them as its dependencies; raise with Triton's words when one is missing or fails."""
+        steps = config.ensemble_scheduling.step
+        used = sorted({step.model_name for step in steps})
+        circular = [model for model in used if model == name or model in self.dependents(name)
+                    or name in self._awaited_through(model)]
+        if circular:
+            raise ServerError(f"ensemble '{name}' depends on '{circular[0]}', which depends on '{name}': "
+                              "circular dependency")
+        unloaded = [model for model in used if not (model in self.models and self.models[model].is_serving())]
+        self._awaiting[name] = frozenset(unloaded)  # before any await: the next ensemble's check sees it
+        try:
+            held = await asyncio.gather(*(self._holding(model, self.sources) for model in unloaded))
+            missing = [model for model, sources in zip(unloaded, held) if not sources]
+            if missing:
+                raise ServerError(f"ensemble {name} contains models that are not available or ambiguous: "
+                                  + ", ".join(missing))
+            loaded = await asyncio.gather(*(self.load(model, explicit=False) for model in unloaded))
+        finally:
+            del self._awaiting[name]
+        for model, record in zip(unloaded, loaded):
+            if not record.is_serving():
+                raise ServerError(f"ensemble '{name}' depends on '{model}' which has no loaded version. Model "
+                                  f"'{model}' loading failed with error: {record.failure()}")
+        for step in steps:
+            record = self.models[step.model_name]
+            version = record.versions.get(step.model_version)
+            if step.model_version != -1 and (version is None or version.state is not VersionState.READY):
+                raise ServerError(f"ensemble '{name}' depends on '{step.model_name}' whose required version "
+                                  f"{step.model_version} is not loaded.")
+        self.declare_dependencies(name, used)
+
+    def _awaited_through(self, model: str) -> set[str]:
+        """The models whose loads ``model``'s load waits for, directly or through other ensembles
+        (an ensemble among them that waits for ``model`` would never load: a cycle)."""
+        found: set[str] = set()
+        pending = [model]
+        while pending:
+            for awaited in self._awaiting.get(pending.pop(), ()):
+                if awaited not in found:
+                    found.add(awaited)
+                    pending.append(awaited)
+        return found
+
     def _prepare(self, name: str, model_dir: Path, config: ModelConfig,
-                 available: list[int]) -> tuple[ModelConfig, Backend, list[int]]:
-        """Auto-complete, default and validate the config; choose the backend and versions."""
+                 available: list[int]) -> tuple[ModelConfig, Backend | None, list[int]]:
+        """Auto-complete, default and validate the config; choose the backend (None for an
+        ensemble, which has no instances) and versions."""
+        if config.platform == ENSEMBLE_PLATFORM and not config.backend:
+            return self._prepare_ensemble(name, model_dir, config, available)
         auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
-        if config.platform == "ensemble" or config.HasField("ensemble_scheduling"):
-            raise ServerError(f"{POLL_FAILED.format(name=name)}: ensemble models (platform 'ensemble') are not "
-                              "supported yet", Status.UNSUPPORTED)
         backends = self.plugins.backends
         if not config.backend and not config.platform and auto_complete:
             config.backend = self._guess_backend(model_dir, _probe_version(config, available))
@@ -405,19 +458,35 @@ class ModelRepository:
             self._wrap(name, lambda: backend.auto_complete_config(spec))
             self._enable_dynamic_batching(config, batching_before)
         gpu_first = "GPU" in backend.instance_kinds and (visible_gpu_ids() or "CPU" not in backend.instance_kinds)
+        return config, backend, self._check(name, model_dir, config, available,
+                                            ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
+
+    def _prepare_ensemble(self, name: str, model_dir: Path, config: ModelConfig,
+                          available: list[int]) -> tuple[ModelConfig, None, list[int]]:
+        """An ensemble: no backend, no auto-complete, no instances; its scheduler checks its steps."""
+        if not available:
+            raise ServerError(f"failed to load '{name}': the model directory has no numeric version folder")
+        return config, None, self._check(name, model_dir, config, available, ModelInstanceGroup.KIND_CPU)
+
+    def _check(self, name: str, model_dir: Path, config: ModelConfig, available: list[int],
+               kind_auto: int) -> list[int]:
+        """Default and validate the config (the core's checks, then its scheduler's); the versions to load."""
+        kind = config.WhichOneof("scheduling_choice") or "default"
+        factory = self.plugins.schedulers.get(kind)
         try:
-            apply_defaults(config, name, ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
+            apply_defaults(config, name, kind_auto)
             validate_config(config, model_dir)
+            if factory is not None and isinstance(factory, type) and issubclass(factory, Scheduler):
+                factory.check_config(config)
         except ServerError as error:  # Triton's message, after the words its load response gives
             raise ServerError(f"{POLL_FAILED.format(name=name)}: {error.message}", error.status) from None
-        kind = config.WhichOneof("scheduling_choice") or "default"
-        if self.plugins.schedulers.get(kind) is None:
+        if factory is None:
             raise ServerError(f"failed to load '{name}': no installed plugin provides the '{kind}' scheduler; "
                               f"{install_hint(kind)}", Status.UNAVAILABLE)
         versions = select_versions(config, available)
         if not versions:
             raise ServerError(f"failed to load '{name}': no version folder matches its version_policy")
-        return config, backend, versions
+        return versions
 
     def _enable_dynamic_batching(self, config: ModelConfig, max_batch_size_before: int) -> None:
         """As Triton: when auto-complete turned batching on (max_batch_size > 1) for a config with no
@@ -448,13 +517,14 @@ class ModelRepository:
         except Exception as error:
             raise ServerError(f"failed to load '{name}': {type(error).__name__}: {error}") from None
 
-    async def _load_version(self, backend: Backend, version: ModelVersion) -> None:
+    async def _load_version(self, backend: Backend | None, version: ModelVersion) -> None:
         spec = version.spec
         started = time.monotonic()
         try:
             version.labels = _read_labels(spec)
             specs = instance_specs(spec.name, spec.config)
-            for instance_spec in specs:
+            for instance_spec in specs:  # none for an ensemble (its backend is None)
+                assert backend is not None
                 version.instances.append(backend.create_instance(spec, instance_spec))
             await asyncio.gather(*(instance.load() for instance in version.instances))
             samples = warmup_samples(spec)
@@ -478,13 +548,27 @@ class ModelRepository:
         log.info("loaded '%s' version %d (%d instance(s))", spec.name, spec.version, len(version.instances))
 
     async def unload(self, name: str, *, unload_dependents: bool = False, repository: str = "") -> None:
-        """Unload every version of ``name`` and, with ``unload_dependents``, of the models that use it
-        (``declare_dependencies``); in-flight requests finish first. A non-empty ``repository`` must
-        name the repository the model was loaded from."""
+        """Unload every version of ``name`` and of the models that use it (``declare_dependencies``: an
+        ensemble cannot run without its steps); in-flight requests finish first. With
+        ``unload_dependents``, also unload the models ``name`` uses that no load asked for (an
+        ensemble's composing models) and nothing loaded still uses. That is what Triton 2.51 does. A
+        non-empty ``repository`` must name the repository the model was loaded from."""
         sources = self.sources_named(repository)
-        if unload_dependents:
-            await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(name)))
+        await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(name)))
+        self._explicit.discard(name)
         await self._unload_model(name, sources, repository)
+        if unload_dependents:
+            await self._unload_unused(name)
+
+    async def _unload_unused(self, name: str) -> None:
+        """Unload, recursively, the models ``name`` uses that were loaded only for the models using them
+        and that no serving model uses any more."""
+        for used in sorted(self._dependencies.get(name, ())):
+            users = [m for m, uses in self._dependencies.items() if used in uses and m in self.models]
+            if used in self._explicit or any(self.models[m].is_serving() for m in users):
+                continue
+            await self._unload_model(used)
+            await self._unload_unused(used)
 
     async def _unload_model(self, name: str, sources: list[RepositorySource] | None = None,
                             repository: str = "") -> None:

@@ -9,6 +9,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .backend import InstanceSpec, ModelInstance, ModelSpec
 from .batch import request_batch_size
@@ -17,6 +18,9 @@ from .errors import ServerError, Status, internal
 from .inference import InferenceRequest
 from .ratelimit import RateLimiter, ResourceClaim
 from .statistics import ModelStats, start_timing, stop_timing
+
+if TYPE_CHECKING:
+    from .protos.model_config_pb2 import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +156,7 @@ class InstancePool:
         for request in requests:
             if failure is not None:
                 request.fail(failure)
-            elif not request.finished:
+            elif not request.finished and not instance.answers_later:
                 request.fail(internal(f"model '{request.model_name}' finished without a final response"))
 
 
@@ -171,15 +175,20 @@ class Scheduler(ABC):
     """Decides when and on which instance each request of one model version runs.
 
     Registered per scheduling kind: "default" (no ``scheduling_choice`` in the config),
-    "dynamic_batching" or "sequence_batching"; created as ``factory(context)``. Runs on the event
-    loop; runs batches through ``self.pool`` (``pool.acquire()`` + ``pool.run()``, or
-    ``pool.execute()``).
+    "dynamic_batching", "sequence_batching" or "ensemble_scheduling"; created as
+    ``factory(context)``. Runs on the event loop; runs batches through ``self.pool``
+    (``pool.acquire()`` + ``pool.run()``, or ``pool.execute()``; an ensemble's pool is empty).
     """
 
     def __init__(self, context: ModelContext) -> None:
         self.context = context
         self.model = context.model
         self.pool = context.pool
+
+    @classmethod
+    def check_config(cls, config: ModelConfig) -> None:
+        """Called (in a worker thread) when a model using this scheduling kind is read, after the
+        core's checks and before it loads; raise ServerError with the reason its config cannot work."""
 
     @abstractmethod
     def enqueue(self, request: InferenceRequest) -> None:

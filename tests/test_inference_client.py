@@ -65,12 +65,16 @@ def test_a_model_calls_another_through_the_inference_path(add_model, tserve, rep
     assert stats["identity"]["inference_stats"]["success"]["count"] == 1  # the inner request was counted
 
 
-def test_an_ensemble_config_says_ensembles_are_not_supported_yet(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+def test_an_ensemble_runs_its_steps_through_the_inference_path(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("identity", IDENTITY)
     add_model("pipeline", 'platform: "ensemble"\nmax_batch_size: 0\n'
-                          'input { name: "IN" data_type: TYPE_FP32 dims: [1] }\n'
-                          'output { name: "OUT" data_type: TYPE_FP32 dims: [1] }\n'
-                          'ensemble_scheduling { step { model_name: "m" model_version: -1 '
+                          'input { name: "IN" data_type: TYPE_FP32 dims: [2] }\n'
+                          'output { name: "OUT" data_type: TYPE_FP32 dims: [2] }\n'
+                          'ensemble_scheduling { step { model_name: "identity" model_version: -1 '
                           'input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } }')
-    [entry] = httpclient.InferenceServerClient(toy_server().http_url).get_model_repository_index()
-    assert entry["state"] == "UNAVAILABLE"
-    assert "ensemble" in entry["reason"] and "not supported yet" in entry["reason"]
+    client = httpclient.InferenceServerClient(toy_server().http_url)
+    tensor = httpclient.InferInput("IN", [2], "FP32")
+    tensor.set_data_from_numpy(np.array([0.5, 4.0], np.float32))
+    assert client.infer("pipeline", [tensor]).as_numpy("OUT").tolist() == [0.5, 4.0]
+    stats: dict[str, Any] = {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
+    assert stats["identity"]["inference_stats"]["success"]["count"] == 1  # the step went through the data plane

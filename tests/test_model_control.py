@@ -267,11 +267,17 @@ def test_unload_dependents_unloads_the_models_using_it(protocol, add_model, toy_
         repository.declare_dependencies("outer", ["pipeline", "other"])
     server.call(declare)
     client = _client(server, protocol)
-    client.unload_model("step")  # without the flag, only the model itself
-    assert [client.is_model_ready(n) for n in ("step", "pipeline", "outer", "other")] == [False, True, True, True]
-    client.load_model("step")
+    client.unload_model("step")  # the models using it cannot run without it: they unload too, as in Triton
+    assert [client.is_model_ready(n) for n in ("step", "pipeline", "outer", "other")] == [False, False, False, True]
+    for name in ("step", "pipeline", "outer"):
+        client.load_model(name)
     client.unload_model("step", unload_dependents=True)
     assert [client.is_model_ready(n) for n in ("step", "pipeline", "outer", "other")] == [False, False, False, True]
+    for name in ("step", "pipeline", "outer"):
+        client.load_model(name)
+    # the flag also unloads what the model uses, but only models no load asked for (all were asked for here)
+    client.unload_model("outer", unload_dependents=True)
+    assert [client.is_model_ready(n) for n in ("step", "pipeline", "outer", "other")] == [True, True, False, True]
 
 
 def test_unload_dependents_must_be_a_boolean(explicit_server) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,1 @@
+"""Triton ensembles for triton-serve: a scheduler that runs a model's ``ensemble_scheduling`` steps."""
