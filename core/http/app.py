@@ -22,6 +22,8 @@ from ..load_overrides import decode_file_parameters
 from ..trace_settings import update_from_json
 from ..tracing import TRACEPARENT, FrontendTrace
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
+from .disconnect import DisconnectWatch
+from .generate import GENERATE_PATH, GenerateEndpoint
 from .shared_memory import SharedMemoryRoutes
 
 log = logging.getLogger(__name__)
@@ -57,15 +59,21 @@ class HttpFrontend:
         self.header_forwarder = header_forwarder  # --http-header-forward-pattern
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-        """The ASGI app: ``POST .../infer`` on a lean raw-ASGI path, every other route through starlette."""
+        """The ASGI app: ``POST .../infer`` and the generate extension on lean raw-ASGI paths, every other
+        route through starlette."""
         routes = self._routes()
+        generate = GenerateEndpoint(self.dataplane, self._read_body, self.max_input_size)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] == "http":
                 log.debug("HTTP request: %s %s", scope["method"], scope["path"])  # verbose, as Triton's
             match = INFER_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
             if match is None:
-                await routes(scope, receive, send)
+                generating = GENERATE_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+                if generating is not None:
+                    await generate(scope, receive, send, generating)
+                else:
+                    await routes(scope, receive, send)
             elif scope["method"] == "POST":
                 await self._infer(scope, receive, send, match[1], match[2])
             else:
@@ -226,7 +234,14 @@ class HttpFrontend:
         if self.header_forwarder is not None:
             infer_request.parameters.update(self.header_forwarder.matching(headers.items()))
         infer_request.trace = trace
-        response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
+        self.dataplane.submit(infer_request, decoupled_error=DECOUPLED_ERROR)
+        watch = DisconnectWatch(receive, infer_request)  # a client that leaves cancels its request
+        try:
+            response = await infer_request.single_response()
+        finally:
+            watch.stop()
+        if response.error is not None:
+            raise response.error
         payload, json_length = encode_response(response, infer_request, name)
         if trace is not None:
             trace.stamp("INFER_RESPONSE_COMPLETE")

@@ -1,0 +1,151 @@
+"""The generate extension: /generate and /generate_stream (SSE) over plain HTTP, with Triton's mapping and errors."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from triton_serve.errors import ServerError
+from triton_serve.http.generate import SINGLE_RESPONSE
+from triton_serve.http.generate_json import generate_request
+
+from .conftest import FRONTEND_MODES
+from .test_grpc import FAILING, REPEAT
+
+TYPED = """
+backend: "toy_identity"
+max_batch_size: 0
+input { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] }
+input { name: "INPUT1" data_type: TYPE_STRING dims: [ 1 ] }
+input { name: "INPUT2" data_type: TYPE_FP16 dims: [ 1 ] optional: true }
+output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] }
+output { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 1 ] }
+output { name: "OUTPUT2" data_type: TYPE_FP16 dims: [ 1 ] }
+"""
+BATCHED = """
+backend: "toy_identity"
+max_batch_size: 4
+input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] }
+output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] }
+"""
+
+
+def events(text: str) -> list[dict]:  # type: ignore[type-arg]
+    """The JSON objects of an SSE body, checking Triton's framing: ``data: {...}`` and a blank line."""
+    assert text.endswith("\n\n")
+    chunks = text[:-2].split("\n\n")
+    assert all(chunk.startswith("data: ") for chunk in chunks)
+    return [json.loads(chunk[len("data: "):]) for chunk in chunks]
+
+
+@pytest.fixture
+def server(add_model, toy_server):  # type: ignore[no-untyped-def]
+    add_model("typed", TYPED)
+    add_model("batched", BATCHED)
+    add_model("repeat", REPEAT)
+    add_model("failing", FAILING)
+    return toy_server()
+
+
+@pytest.mark.parametrize("frontend_processes", FRONTEND_MODES, ids=lambda n: f"frontend_processes={n}")
+def test_generate_maps_keys_to_inputs_and_outputs_back(server) -> None:  # type: ignore[no-untyped-def]
+    base = f"http://{server.http_url}/v2/models"
+    reply = httpx.post(f"{base}/typed/generate", json={"INPUT0": [1, 2, 3], "INPUT1": "héllo", "id": "g1",
+                                                        "temperature": 0.5})
+    assert reply.status_code == 200 and reply.headers["content-type"] == "application/json"
+    assert reply.json() == {"OUTPUT0": [1, 2, 3], "OUTPUT1": "héllo", "id": "g1", "model_name": "typed",
+                            "model_version": "1"}
+    assert list(reply.json()) == sorted(reply.json())  # Triton writes the keys in name order
+    # one element is a scalar; the batch dimension is added for a batching model; versioned path
+    reply = httpx.post(f"{base}/batched/versions/1/generate", json={"INPUT0": [1.5, -2]})
+    assert reply.json() == {"OUTPUT0": [1.5, -2.0], "model_name": "batched", "model_version": "1"}
+    reply = httpx.post(f"{base}/typed/generate", json={"INPUT0": 7, "parameters": {"INPUT1": "x", "top_k": 2}})
+    assert reply.json()["OUTPUT0"] == 7 and reply.json()["OUTPUT1"] == "x"
+
+
+@pytest.mark.parametrize("http_server", ["uvicorn", "hypercorn"])
+@pytest.mark.parametrize("frontend_processes", FRONTEND_MODES, ids=lambda n: f"frontend_processes={n}")
+def test_generate_stream_sends_every_response_of_a_decoupled_model(server) -> None:  # type: ignore[no-untyped-def]
+    url = f"http://{server.http_url}/v2/models/repeat/generate_stream"
+    with httpx.stream("POST", url, json={"INPUT0": 3}) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"] == "text/event-stream; charset=utf-8"
+        body = "".join(reply.iter_text())
+    assert events(body) == [{"OUTPUT0": i, "model_name": "repeat", "model_version": "1"} for i in range(3)]
+    # a non-decoupled model streams its one response
+    reply = httpx.post(f"http://{server.http_url}/v2/models/typed/generate_stream", json={"INPUT0": 1, "INPUT1": "a"})
+    assert events(reply.text) == [{"OUTPUT0": 1, "OUTPUT1": "a", "model_name": "typed", "model_version": "1"}]
+
+
+def test_generate_needs_exactly_one_response(server) -> None:  # type: ignore[no-untyped-def]
+    base = f"http://{server.http_url}/v2/models/repeat"
+    reply = httpx.post(f"{base}/generate", json={"INPUT0": 1})
+    assert reply.status_code == 200 and reply.json() == {"OUTPUT0": 0, "model_name": "repeat", "model_version": "1"}
+    for count in (0, 2):
+        reply = httpx.post(f"{base}/generate", json={"INPUT0": count})
+        assert reply.status_code == 500 and reply.json() == {"error": SINGLE_RESPONSE}
+    assert httpx.post(f"{base}/generate_stream", json={"INPUT0": 0}).text == ""
+
+
+def test_generate_errors_use_tritons_words(server) -> None:  # type: ignore[no-untyped-def]
+    base = f"http://{server.http_url}/v2/models"
+
+    def error(model: str, body: object, status: int, kind: str = "generate", **extra: object) -> str:
+        reply = httpx.post(f"{base}/{model}/{kind}", content=json.dumps(body), **extra)  # type: ignore[arg-type]
+        assert reply.status_code == status, reply.text
+        return reply.json()["error"]
+
+    assert "missing required input(s) ['INPUT1']" in error("typed", {"INPUT0": 1}, 400)
+    assert error("typed", {"INPUT0": ["a"], "INPUT1": "x"}, 500) == \
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+    assert error("typed", {"INPUT0": [True], "INPUT1": "x"}, 500) == \
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+    assert error("typed", {"INPUT0": 1, "INPUT1": 5}, 500) == \
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+    assert error("typed", {"INPUT0": 1, "INPUT1": ["a", "b"]}, 400) == \
+        "The schema can not convert input 'INPUT1' to tensor with proper shape"
+    assert error("typed", {"INPUT0": 1, "INPUT1": "x", "INPUT2": 1.0}, 400) == \
+        "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT2"
+    assert error("typed", {"INPUT0": 1, "INPUT1": "x", "stop": [1]}, 400) == \
+        "parameter 'stop' has invalid type. It should be either 'int', 'bool', or 'string'."
+    assert error("typed", {"INPUT0": 1, "parameters": [1]}, 500) == \
+        "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
+    assert error("typed", {"INPUT0": 1, "parameters": {"INPUT1": 3}}, 500) == \
+        "Converting keyword: 'parameters': Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+    assert error("typed", {"INPUT0": 1, "id": 3}, 500) == \
+        "Unable to parse 'id': attempt to access JSON non-string as string"
+    assert error("batched", {"INPUT0": [1, 2, 3]}, 400) == \
+        "The schema can not convert input 'INPUT0' to tensor with proper shape"
+    assert error("missing", {}, 404) == "Request for unknown model: 'missing' is not found"
+    assert error("typed", {}, 400, headers={"content-encoding": "gzip"}) == \
+        "Unsupported content-encoding, only 'identity' is supported."
+    assert error("failing", {"INPUT0": [1]}, 500) == "toy_error model 'failing' always fails"
+    reply = httpx.get(f"{base}/typed/generate")
+    assert reply.status_code == 405 and reply.json() == {"error": "Method Not Allowed"}
+
+
+def test_a_model_error_in_a_stream_is_an_event(server) -> None:  # type: ignore[no-untyped-def]
+    """Once the stream has started, a later failure arrives as ``data: {"error": ...}``."""
+    reply = httpx.post(f"http://{server.http_url}/v2/models/typed/generate_stream",
+                       json={"INPUT0": 1, "INPUT1": "x", "INPUT2": None})
+    assert reply.status_code == 400  # a null is no FP16: refused before the stream starts
+    url = f"http://{server.http_url}/v2/models/failing/generate_stream"
+    with httpx.stream("POST", url, json={"INPUT0": [1]}) as streamed:
+        assert streamed.status_code == 500
+        assert events("".join(streamed.iter_text())) == [{"error": "toy_error model 'failing' always fails"}]
+
+
+def test_keys_that_name_no_input_become_parameters() -> None:
+    inputs = {"TEXT": {"name": "TEXT", "datatype": "BYTES", "shape": [1]},
+              "IDS": {"name": "IDS", "datatype": "INT64", "shape": [-1, 2]}}
+    request = generate_request({"TEXT": "hi", "IDS": [1, 2, 3, 4], "n": 2, "t": 0.5, "s": "x", "b": True,
+                                "parameters": {"max_tokens": 8}, "id": "r"}, inputs, "m", None, 1 << 20)
+    assert request.id == "r" and request.parameters == {"n": 2, "t": 0.5, "s": "x", "b": True, "max_tokens": 8,
+                                                        "id": "r"}
+    assert request.inputs["TEXT"].data.tolist() == [b"hi"]
+    assert request.inputs["IDS"].shape == (2, 2) and request.inputs["IDS"].data.tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(ServerError, match="Shape does not match true shape of 'data' field"):
+        generate_request({"IDS": [[1, 2], [3, 4]]}, inputs, "m", None, 1 << 20)  # Triton counts the outer list
+    with pytest.raises(ServerError, match="exceeds the maximum allowed input size of 8"):
+        generate_request({"IDS": [1, 2, 3, 4]}, inputs, "m", None, 8)
