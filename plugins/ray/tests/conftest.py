@@ -19,5 +19,5 @@ with warnings.catch_warnings():  # Ray's own modules use pydantic features pydan
 
 @pytest.fixture(scope="session")
 def example_repository() -> Path:
-    """examples/model_repository: add_sub, identity_bytes and tokenizer, all Python models."""
+    """examples/model_repository: Python models (add_sub, identity_bytes, tokenizer, ...) and an ensemble."""
     return Path(__file__).resolve().parents[3] / "examples" / "model_repository"

@@ -39,7 +39,8 @@ def test_bad_arguments_are_named() -> None:
 
 
 def test_unknown_models_are_refused_with_the_models_there(example_repository: Path) -> None:
-    message = "no model 'nope' in .*(models there: add_sub, identity_bytes, tokenizer)"
+    message = ("no model 'nope' in .*models there: add_sub, bls_add_sub, ensemble_add_sub, identity_bytes, "
+               "postprocess, preprocess, token_streamer, tokenizer")
     with pytest.raises(ValueError, match=message):
         build_app({"model_repository": str(example_repository), "models": "add_sub,nope"})
     with pytest.raises(ValueError, match="no model 'nope'"):
@@ -63,7 +64,7 @@ def test_the_ingress_answers_every_data_plane_call_of_the_http_front_end() -> No
     """The ingress reuses the core's HTTP front-end: each data-plane method it calls must exist here."""
     source = inspect.getsource(http_app) + inspect.getsource(http_shared_memory)
     called = set(re.findall(r"self\.dataplane\.(\w+)", source))
-    assert {"infer", "model_config", "repository_index"} <= called
+    assert {"submit", "model_config", "repository_index"} <= called
     missing = sorted(name for name in called if not hasattr(RayDataPlane, name)
                      and name not in vars(RayDataPlane({}, "triton")))
     assert not missing, f"RayDataPlane lacks {missing}, which triton_serve.http calls"

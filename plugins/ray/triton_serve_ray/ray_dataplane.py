@@ -10,7 +10,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
 import triton_serve
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status
+from triton_serve.plugin import InferenceRequest, ServerError, Status
 from triton_serve.protos.model_config_pb2 import ModelConfig
 
 from .wire import Reply, WireRequest
@@ -41,6 +41,7 @@ class RayDataPlane:
         self.models = models
         self.server_id = server_id
         self.trace_armed = False  # the HTTP front-end notes trace timestamps only while True; no tracing here
+        self._running: set[asyncio.Task[None]] = set()  # inference calls in flight
 
     def _handle(self, name: str) -> DeploymentHandle:
         handle = self.models.get(name)
@@ -105,11 +106,22 @@ class RayDataPlane:
 
     # ---- inference --------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        """Run ``request`` on a replica of its model; its model version is set to the one that served it."""
-        wire = await self._call(request.model_name, "infer", WireRequest.of(request), decoupled_error)
+    def submit(self, request: InferenceRequest, *, decoupled_error: str | None = None) -> None:
+        """Start ``request`` on a replica of its model; its one response (or error) reaches the request's
+        consumer. Ray serves unary inference only: a decoupled model is refused as the front-end asks."""
+        self._handle(request.model_name)  # an unknown model fails at once, as in the server
+        task = asyncio.get_running_loop().create_task(self._infer(request, decoupled_error or ""))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _infer(self, request: InferenceRequest, decoupled_error: str) -> None:
+        try:
+            wire = await self._call(request.model_name, "infer", WireRequest.of(request), decoupled_error)
+        except ServerError as error:
+            request.fail(error)
+            return
         request.model_version = wire.model_version
-        return wire.to_response()  # type: ignore[no-any-return]
+        request.send(wire.to_response())
 
     # ---- repository -------------------------------------------------------------------------
 
