@@ -346,7 +346,11 @@ class ModelRepository:
     async def _reject(self, previous: Model | None, model: Model) -> None:
         """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why;
         otherwise the failed record takes its place."""
-        log.error("failed to load model '%s': %s", model.name, model.failure())
+        failure, polled = model.failure(), POLL_FAILED.format(name=model.name) + ": "
+        if failure.startswith(polled):  # Triton's log line for a model whose config it could not take
+            log.error("Poll failed for model directory '%s': %s", model.name, failure.removeprefix(polled))
+        else:
+            log.error("failed to load model '%s': %s", model.name, failure)
         if previous is not None and previous.is_serving():
             previous.reload_error = model.failure()
             previous.fingerprint = model.fingerprint  # poll mode retries once the files change again
@@ -650,11 +654,14 @@ def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
             visible = visible_gpu_ids()
             devices = list(group.gpus) or visible
             missing = [gpu for gpu in devices if gpu not in visible]
-            if not devices or missing:
-                found = f"visible GPUs are {visible}" if visible else "no GPU is visible on this machine"
-                wanted = f"GPU(s) {missing}" if missing else "a GPU"
-                raise ServerError(f"instance group '{group.name}' of model '{name}' is KIND_GPU and needs "
-                                  f"{wanted}, but {found}")
+            where = f"instance group {group.name} of model {name}"
+            if not devices:  # Triton's words, then why
+                raise ServerError(f"{where} has kind KIND_GPU but no GPUs are available (no GPU is visible on "
+                                  "this machine)")
+            if missing:
+                raise ServerError(f"{where} specifies invalid or unsupported gpu id {missing[0]}. GPUs with at least "
+                                  "the minimum required CUDA compute compatibility of 6.000000 are: "
+                                  + ", ".join(map(str, visible)))
         index = 0
         for device in devices:
             for _ in range(group.count):

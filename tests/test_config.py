@@ -303,3 +303,10 @@ def test_the_backend_is_guessed_from_the_version_the_policy_selects(add_model, t
     client = httpclient.InferenceServerClient(toy_server().http_url)
     assert client.is_model_ready("pinned", "1")
     assert client.get_model_config("pinned")["backend"] == "toy_identity"
+
+
+def test_the_log_has_tritons_poll_failure_line(add_model, toy_server, caplog) -> None:  # type: ignore[no-untyped-def]
+    add_model("bad", 'backend: "toy_identity"\nmax_batch_size: -1')
+    toy_server()
+    assert ("Poll failed for model directory 'bad': 'max_batch_size' must be non-negative value for bad"
+            in caplog.text)

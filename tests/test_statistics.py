@@ -128,5 +128,5 @@ def test_kind_gpu_without_a_gpu_fails_clearly(add_model, toy_server, monkeypatch
     server = toy_server()
     index = httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
     assert index[0]["state"] == "UNAVAILABLE"
-    assert "instance group 'gpu_model_0' of model 'gpu_model' is KIND_GPU" in index[0]["reason"]
-    assert "no GPU is visible" in index[0]["reason"]
+    assert ("instance group gpu_model_0 of model gpu_model has kind KIND_GPU but no GPUs are available"
+            in index[0]["reason"])
