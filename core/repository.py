@@ -661,7 +661,8 @@ def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
             if missing:
                 raise ServerError(f"{where} specifies invalid or unsupported gpu id {missing[0]}. GPUs with at least "
                                   "the minimum required CUDA compute compatibility of 6.000000 are: "
-                                  + ", ".join(map(str, visible)))
+                                  + ", ".join(map(str, visible))
+                                  + ("" if visible else " (no GPU is visible on this machine)"))
         index = 0
         for device in devices:
             for _ in range(group.count):
