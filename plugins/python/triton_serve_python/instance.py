@@ -14,10 +14,11 @@ from triton_serve.errors import ServerError, Status, unavailable
 from triton_serve.inference import InferenceRequest, InferenceResponse
 
 from .options import PythonBackendOptions
-from .process import WorkerFailure, WorkerProcess
+from .process import WorkerFailure, WorkerProcess, WorkerStartFailed
 from .stacking import stack_requests, unstack_response
 
 log = logging.getLogger("triton_serve_python")
+START_ATTEMPTS = 3  # worker processes tried before a load fails for a worker that dies before it starts
 
 
 class PythonModelInstance(ModelInstance):
@@ -62,6 +63,15 @@ class PythonModelInstance(ModelInstance):
         }
 
     async def _start_worker(self) -> WorkerProcess:
+        """A started worker with the model initialized; a worker that dies before it starts is replaced."""
+        for attempt in range(1, START_ATTEMPTS):
+            try:
+                return await self._launch_worker()
+            except WorkerStartFailed as failure:
+                log.warning("%s; starting another (attempt %d of %d)", failure.message, attempt + 1, START_ATTEMPTS)
+        return await self._launch_worker()
+
+    async def _launch_worker(self) -> WorkerProcess:
         worker = WorkerProcess(self.label, self.options, self._on_worker_exit, self.model.client)
         await worker.start(self._init_message())
         return worker

@@ -36,6 +36,11 @@ class WorkerFailure(Exception):
     """The worker exited, or was killed, before it answered; the text says how ("exited with code 3")."""
 
 
+class WorkerStartFailed(ServerError):
+    """The worker process died before it reported that it started (before any model code ran): starting
+    another one may work (a process forked beside gRPC's threads can crash before it runs Python)."""
+
+
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -123,6 +128,14 @@ class WorkerProcess:
         try:
             await self._launch()
             await self._wait_reply(self.options.stub_timeout_seconds, "start-up")
+        except WorkerFailure as failure:
+            await self._abort()
+            raise WorkerStartFailed(f"python backend worker for {self.label} {failure} before it started",
+                                    Status.INTERNAL) from None
+        except BaseException:
+            await self._abort()
+            raise
+        try:
             reply = await self._call(Kind.INIT, {**init, "input_arena": self._arenas["input"].name,
                                                  "output_arena": self._arenas["output"].name},
                                      self.options.stub_timeout_seconds, "initialize")
