@@ -9,9 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from triton_serve.client import InferenceClient
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from triton_serve.plugin import (InferenceClient, InferenceRequest, InferenceResponse, RequestedOutput, ServerError,
+                                 Status, Tensor)
 
 from .inline import pack_array, unpack_array
 from .open_requests import OpenRequests

@@ -5,8 +5,7 @@ import itertools
 import logging
 from collections.abc import Sequence
 
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
 
 from .inline import unpack_array
 from .protocol import InlineResponse
