@@ -1,22 +1,49 @@
-"""The public API for plugin authors: import everything a plugin needs from here."""
+"""The public API for plugin authors: everything a backend, scheduler, cache or repository-source plugin
+needs, and the way to embed the server in another host. Import only from here (tests: also
+``triton_serve.testing``); the rest of the package is private and changes without notice.
+"""
 from __future__ import annotations
 
-from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from .caching import ResponseCache
-from .client import InferenceClient
-from .custom_metrics import CustomMetric, CustomMetricFamily, custom_metrics
-from .errors import ServerError, Status
-from .hookspecs import hookimpl
-from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from .registry import BackendRegistry, CacheRegistry, SchedulerRegistry
-from .scheduling import InstancePool, ModelContext, Scheduler
-from .sources import RepositorySource, is_version_name
-from .statistics import ComputeTiming
+from ._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from ._engine.batch import concat_inputs, datatype_of_config, request_batch_size, split_outputs
+from ._engine.caching import ResponseCache
+from ._engine.client import InferenceClient
+from ._engine.config import config_to_json
+from ._engine.custom_metrics import CustomMetric, CustomMetricFamily, custom_metrics
+from ._engine.datatypes import TensorType, datatype_of, deserialize_bytes, from_wire_bytes, serialize_bytes
+from ._engine.devices import visible_gpu_ids
+from ._engine.errors import ServerError, Status
+from ._engine.hookspecs import hookimpl
+from ._engine.http.app import DEFAULT_MAX_INPUT_SIZE, http_asgi_app
+from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
+                                              ModelInstanceGroup, ModelOptimizationPolicy, ModelOutput,
+                                              ModelQueuePolicy, ModelSequenceBatching)
+from ._engine.registry import BackendRegistry, CacheRegistry, SchedulerRegistry
+from ._engine.scheduling import InstancePool, ModelContext, Scheduler
+from ._engine.server import Server, ServerOptions
+from ._engine.sources import RepositorySource, is_version_name
+from ._engine.statistics import ComputeTiming
 
 __all__ = [
-    "Backend", "BackendRegistry", "CacheRegistry", "ComputeTiming", "CustomMetric", "CustomMetricFamily",
-    "InferenceClient", "InferenceRequest", "InferenceResponse", "InstancePool", "InstanceSpec", "ModelContext",
-    "ModelInstance", "ModelSpec", "RepositorySource",
-    "RequestedOutput", "ResponseCache", "Scheduler", "SchedulerRegistry", "ServerError", "Status", "Tensor",
-    "custom_metrics", "hookimpl", "is_version_name",
+    # hooks and registries
+    "hookimpl", "BackendRegistry", "SchedulerRegistry", "CacheRegistry",
+    # backends: backend -> model instance
+    "Backend", "ModelSpec", "InstanceSpec", "ModelInstance", "ComputeTiming",
+    # requests, responses, tensors
+    "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
+    "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
+    # batches
+    "concat_inputs", "split_outputs", "request_batch_size",
+    # model configuration (Triton's model_config.proto messages)
+    "ModelConfig", "DataType", "ModelInput", "ModelOutput", "ModelInstanceGroup", "ModelDynamicBatching",
+    "ModelQueuePolicy", "ModelSequenceBatching", "ModelOptimizationPolicy", "config_to_json",
+    # errors
+    "ServerError", "Status",
+    # schedulers, caches, repository sources
+    "Scheduler", "ModelContext", "InstancePool", "ResponseCache", "RepositorySource", "is_version_name",
+    # custom metrics, devices
+    "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
+    # embedding the server in another host (triton-serve-ray)
+    "Server", "ServerOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE",
 ]

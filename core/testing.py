@@ -6,6 +6,10 @@ Installed through the ``pytest11`` entry point. Fixtures:
   ports in a background thread and returns a RunningServer (``.http_url``, ``.grpc_url``); it stops
   at teardown.
 - ``toy_plugin``: the toy backends below, as a plugin object to pass in ``extra_plugins``.
+
+Helpers: ``RunningServer`` (a server in a background thread, from ``ServerOptions``), ``free_port``,
+``pretend_gpus``, ``apply_defaults`` (Triton's config defaults), ``PluginHost`` with ``PLUGINS_ENV`` and
+``ENTRY_POINT_GROUP`` (which plugins load, and the entry-point group they register in).
 """
 from __future__ import annotations
 
@@ -22,14 +26,17 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from .errors import ServerError, Status
-from .frontends import new_event_loop
-from .hookspecs import hookimpl
-from .inference import InferenceRequest, InferenceResponse, Tensor
-from .protos.model_config_pb2 import ModelConfig
-from .registry import BackendRegistry
-from .server import Server, ServerOptions
+from ._engine import repository as _repository
+from ._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from ._engine.config import apply_defaults
+from ._engine.errors import ServerError, Status
+from ._engine.frontends import new_event_loop
+from ._engine.hookspecs import hookimpl
+from ._engine.inference import InferenceRequest, InferenceResponse, Tensor
+from ._engine.pluginhost import ENTRY_POINT_GROUP, PLUGINS_ENV, PluginHost
+from ._engine.protos.model_config_pb2 import ModelConfig
+from ._engine.registry import BackendRegistry
+from ._engine.server import Server, ServerOptions
 
 _PORTS_GIVEN: set[int] = set()
 
@@ -201,6 +208,7 @@ class ToyBackendsPlugin:
 
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:
+        """Register the toy backends and ``ProbeBackend``."""
         for backend in (*TOY_BACKENDS, ProbeBackend):
             registry.add(backend)
 
@@ -250,10 +258,12 @@ class RunningServer:
 
     @property
     def http_url(self) -> str:
+        """``127.0.0.1:<port>`` of the HTTP front-end, as tritonclient takes it."""
         return f"127.0.0.1:{self.options.http_port}"
 
     @property
     def grpc_url(self) -> str:
+        """``127.0.0.1:<port>`` of the gRPC front-end."""
         return f"127.0.0.1:{self.options.grpc_port}"
 
     @property
@@ -272,6 +282,15 @@ class RunningServer:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+
+
+def pretend_gpus(monkeypatch: pytest.MonkeyPatch, ids: Sequence[int]) -> None:
+    """Make model loading see these GPU ids, to test KIND_GPU handling on a machine without a GPU."""
+    monkeypatch.setattr(_repository, "visible_gpu_ids", lambda: list(ids))
+
+
+__all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "PluginHost", "RunningServer", "ServerOptions", "TOY_BACKENDS", "ToyBackend",
+           "ToyBackendsPlugin", "apply_defaults", "free_port", "pretend_gpus", "probe_config", "toy_plugin", "tserve"]
 
 
 @pytest.fixture

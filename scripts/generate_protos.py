@@ -1,15 +1,15 @@
-"""Regenerate the checked-in Python modules of core/protos/*.proto; ``--check`` only verifies them.
+"""Regenerate the checked-in Python modules of core/_engine/protos/*.proto; ``--check`` only verifies them.
 
 Use grpcio-tools==1.76.0 (bundled protoc 31.1, matching the protobuf 6.x runtime that
 tritonclient's ``protobuf<7`` pin allows), so the output is reproducible:
 
-    python scripts/generate_protos.py          # rewrite core/protos/*_pb2*.py
+    python scripts/generate_protos.py          # rewrite core/_engine/protos/*_pb2*.py
     python scripts/generate_protos.py --check  # exit 1 if they are stale (for CI)
 
 Post-processing applied to protoc's output:
-  * descriptors go to the private pool ``triton_serve.protos.POOL`` instead of protobuf's
+  * descriptors go to the private pool ``triton_serve._engine.protos.POOL`` instead of protobuf's
     default pool, so our ``inference.*`` types never clash with tritonclient's copies;
-  * ``import x_pb2`` becomes ``from triton_serve.protos import x_pb2`` and message classes
+  * ``import x_pb2`` becomes ``from triton_serve._engine.protos import x_pb2`` and message classes
     get their full module name, so the modules work (and pickle) inside the package.
 """
 
@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 GRPC_TOOLS_VERSION = "1.76.0"
-PACKAGE = "triton_serve.protos"
+PACKAGE = "triton_serve._engine.protos"
 PROTO_DIR = Path(__file__).resolve().parent.parent / "core" / "protos"
 PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto")
 OUTPUTS = (
@@ -57,7 +57,7 @@ def replace_once(source: str, old: str, new: str) -> str:
 
 
 def use_private_pool(source: str, module: str) -> str:
-    """Register the file in ``triton_serve.protos.POOL`` and name classes by full module path."""
+    """Register the file in ``triton_serve._engine.protos.POOL`` and name classes by full module path."""
     source = replace_once(source, _POOL_IMPORT, f"from {PACKAGE} import POOL as _POOL\n")
     source = replace_once(source, _POOL_CALL, "_POOL.AddSerializedFile(")
     return replace_once(
@@ -105,11 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     stale = stale_files(generated)
     if args.check:
         for name in stale:
-            print(f"stale: core/protos/{name}", file=sys.stderr)
+            print(f"stale: core/_engine/protos/{name}", file=sys.stderr)
         return 1 if stale else 0
     for name in stale:
         (PROTO_DIR / name).write_text(generated[name])
-        print(f"wrote core/protos/{name}")
+        print(f"wrote core/_engine/protos/{name}")
     return 0
 
 

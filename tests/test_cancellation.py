@@ -17,10 +17,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 
-from triton_serve.backend import Backend, ModelInstance, ModelSpec
-from triton_serve.hookspecs import hookimpl
-from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
-from triton_serve.registry import BackendRegistry
+from triton_serve._engine.backend import Backend, ModelInstance, ModelSpec
+from triton_serve._engine.hookspecs import hookimpl
+from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
+from triton_serve._engine.registry import BackendRegistry
 
 from .conftest import FRONTEND_MODES
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from triton_serve.cli import build_parser
-from triton_serve.grpc_frontend.service import InferenceServicer
-from triton_serve.protos import grpc_service_pb2
-from triton_serve.protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
+from triton_serve._engine.cli import build_parser
+from triton_serve._engine.grpc_frontend.service import InferenceServicer
+from triton_serve._engine.protos import grpc_service_pb2
+from triton_serve._engine.protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
 
 PAGE = Path(__file__).parents[1] / "docs" / "compatibility.md"
 STATUSES = {"same", "different", "not yet"}

@@ -9,10 +9,10 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.config import apply_defaults, config_to_json, read_config
-from triton_serve.config_validation import validate_config
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve._engine.config import apply_defaults, config_to_json, read_config
+from triton_serve._engine.config_validation import validate_config
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.protos.model_config_pb2 import ModelConfig
 
 from .conftest import ADD_SUB
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from triton_serve.custom_metrics import CustomMetricRegistry
-from triton_serve.errors import ServerError, Status
-from triton_serve.metrics import render
+from triton_serve._engine.custom_metrics import CustomMetricRegistry
+from triton_serve._engine.errors import ServerError, Status
+from triton_serve._engine.metrics import render
 from triton_serve.plugin import custom_metrics
 
 

@@ -22,8 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from triton_serve.cli import build_parser, options_from_args
-from triton_serve.server import ServerOptions
+from triton_serve._engine.cli import build_parser, options_from_args
+from triton_serve._engine.server import ServerOptions
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 

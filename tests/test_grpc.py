@@ -12,7 +12,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.server import CORE_EXTENSIONS
+from triton_serve._engine.server import CORE_EXTENSIONS
 
 from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config
 

@@ -13,11 +13,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.errors import ServerError, Status
-from triton_serve.hookspecs import hookimpl
-from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
-from triton_serve.registry import BackendRegistry
+from triton_serve._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from triton_serve._engine.errors import ServerError, Status
+from triton_serve._engine.hookspecs import hookimpl
+from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
+from triton_serve._engine.registry import BackendRegistry
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 from .test_grpc import FAILING, REPEAT

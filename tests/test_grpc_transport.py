@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import build_parser, options_from_args
-from triton_serve.errors import ServerError
-from triton_serve.grpc_frontend.server import GrpcFrontend, GrpcOptions, server_credentials
-from triton_serve.protos import health_pb2, health_pb2_grpc
+from triton_serve._engine.cli import build_parser, options_from_args
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.grpc_frontend.server import GrpcFrontend, GrpcOptions, server_credentials
+from triton_serve._engine.protos import health_pb2, health_pb2_grpc
 
 IDENTITY = """
 backend: "toy_identity"

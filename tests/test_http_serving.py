@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from triton_serve.http.serving import _CoalescingTransport
+from triton_serve._engine.http.serving import _CoalescingTransport
 
 
 class _RecordingTransport:

@@ -25,8 +25,8 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import build_parser, main, options_from_args
-from triton_serve.log_settings import LogSettings, TritonLogFormatter, TritonLogHandler
+from triton_serve._engine.cli import build_parser, main, options_from_args
+from triton_serve._engine.log_settings import LogSettings, TritonLogFormatter, TritonLogHandler
 from triton_serve.testing import free_port
 
 from .conftest import FRONTEND_MODES, write_model
@@ -68,7 +68,7 @@ class ServerProcess:
         self.http_port, self.grpc_port = free_port(), free_port()
         with self.stderr_file.open("wb") as stderr:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from triton_serve.cli import main; raise SystemExit(main())",
+                [sys.executable, "-c", "from triton_serve._engine.cli import main; raise SystemExit(main())",
                  f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={free_port()}",
                  "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                  f"--frontend-processes={frontend_processes}", f"--log-file={self.log_file}", *flags],

@@ -14,10 +14,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import main
-from triton_serve.errors import ServerError
-from triton_serve.metrics import DEFAULT_BUCKETS_US, parse_metrics_config
-from triton_serve.system_metrics import _GPU
+from triton_serve._engine.cli import main
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.metrics import DEFAULT_BUCKETS_US, parse_metrics_config
+from triton_serve._engine.system_metrics import _GPU
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 from .test_grpc import FAILING, REPEAT
@@ -327,7 +327,7 @@ def test_grafana_dashboard_queries_only_exported_metrics(add_model, toy_server) 
 
 
 def test_summary_quantile_of_an_empty_window_is_nan() -> None:
-    from triton_serve.statistics import SummaryWindow
+    from triton_serve._engine.statistics import SummaryWindow
 
     window = SummaryWindow()
     assert all(math.isnan(q) for q in window.quantiles([0.5, 0.9], 0))

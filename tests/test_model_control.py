@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import build_parser, options_from_args
+from triton_serve._engine.cli import build_parser, options_from_args
 
 from .conftest import FRONTEND_MODES, write_model
 

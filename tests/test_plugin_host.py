@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from triton_serve.cli import main
-from triton_serve.errors import ServerError
-from triton_serve.hookspecs import hookimpl
-from triton_serve.pluginhost import PluginHost
+from triton_serve._engine.cli import main
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.hookspecs import hookimpl
+from triton_serve._engine.pluginhost import PluginHost
 from triton_serve.testing import ToyBackendsPlugin
 
 from .conftest import ADD_SUB
 
 FAKE_PLUGIN = '''
-from triton_serve.hookspecs import hookimpl
+from triton_serve.plugin import hookimpl
 from triton_serve.testing import TOY_BACKENDS
 
 class FakeBackend(TOY_BACKENDS[0]):
@@ -164,7 +164,7 @@ def test_plugins_command_lists_plugins(fake_distribution: str, capsys: pytest.Ca
 
 
 def test_hookspec_module_documents_every_hook() -> None:
-    from triton_serve import hookspecs
+    from triton_serve._engine import hookspecs
 
     hooks = [name for name in dir(hookspecs) if name.startswith("tserve_")]
     assert len(hooks) == 4

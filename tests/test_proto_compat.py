@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as triton_config
 from tritonclient.grpc import service_pb2 as triton_service
 
-from triton_serve.protos import grpc_service_pb2, health_pb2, model_config_pb2
+from triton_serve._engine.protos import grpc_service_pb2, health_pb2, model_config_pb2
 
 CONFIG_PBTXT = """
 name: "resnet50"

@@ -5,6 +5,8 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+
+from triton_serve.testing import pretend_gpus
 from tritonclient.utils import InferenceServerException
 
 from .conftest import ADD_SUB, write_model
@@ -192,7 +194,7 @@ def test_kind_auto_follows_the_backend_and_the_gpus(kinds, gpus, expected, add_m
     from triton_serve.plugin import BackendRegistry, hookimpl
     from triton_serve.testing import TOY_BACKENDS
 
-    monkeypatch.setattr("triton_serve.repository.visible_gpu_ids", lambda: gpus)
+    pretend_gpus(monkeypatch, gpus)
     identity = next(b for b in TOY_BACKENDS if b.name == "toy_identity")
     kinded = type("Kinded", (identity,), {"name": "toy_kinded", "instance_kinds": kinds})
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from triton_serve.builtins.local_cache import LocalResponseCache
-from triton_serve.errors import ServerError
-from triton_serve.inference import InferenceResponse, Tensor
+from triton_serve._engine.builtins.local_cache import LocalResponseCache
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.inference import InferenceResponse, Tensor
 
 COUNTER = """
 backend: "toy_count"

@@ -19,14 +19,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import build_parser, options_from_args
-from triton_serve.errors import ServerError
-from triton_serve.frontends import FrontendOptions
-from triton_serve.header_forwarding import forward_pattern_regex
-from triton_serve.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
-from triton_serve.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
+from triton_serve._engine.cli import build_parser, options_from_args
+from triton_serve._engine.errors import ServerError
+from triton_serve._engine.frontends import FrontendOptions
+from triton_serve._engine.header_forwarding import forward_pattern_regex
+from triton_serve._engine.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
+from triton_serve._engine.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
                                      parse_restrictions, restrict_http)
-from triton_serve.server import Server, ServerOptions
+from triton_serve._engine.server import Server, ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 pytest.importorskip("triton_serve_python")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from triton_serve.cli import build_parser, options_from_args
+from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve.testing import free_port
 
 SLOW = """
@@ -76,7 +76,7 @@ def test_cli_exits_cleanly_on_signal(tmp_path, signum: int) -> None:  # type: ig
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from triton_serve.cli import main; raise SystemExit(main())",
+        [sys.executable, "-c", "from triton_serve._engine.cli import main; raise SystemExit(main())",
          f"--model-repository={tmp_path}", f"--http-port={port}", f"--grpc-port={free_port()}",
          f"--metrics-port={free_port()}", "--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
          "--metrics-address=127.0.0.1"],

@@ -25,12 +25,12 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from triton_serve.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.errors import Status
-from triton_serve.grpc_frontend.status import GRPC_CODE
-from triton_serve.hookspecs import hookimpl
-from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
-from triton_serve.registry import BackendRegistry
+from triton_serve._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from triton_serve._engine.errors import Status
+from triton_serve._engine.grpc_frontend.status import GRPC_CODE
+from triton_serve._engine.hookspecs import hookimpl
+from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
+from triton_serve._engine.registry import BackendRegistry
 from triton_serve.testing import free_port
 
 from .conftest import ADD_SUB, FRONTEND_MODES
@@ -538,7 +538,7 @@ def test_cuda_shared_memory_round_trip(tmp_path: Path) -> None:
     http_port, grpc_port = free_port(), free_port()
     repository = Path(__file__).parents[1] / "examples" / "model_repository"
     process = subprocess.Popen(
-        [sys.executable, "-c", "from triton_serve.cli import main; raise SystemExit(main())",
+        [sys.executable, "-c", "from triton_serve._engine.cli import main; raise SystemExit(main())",
          f"--model-repository={repository}", "--model-control-mode=explicit", "--load-model=add_sub",
          f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={free_port()}",
          "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--frontend-processes=0"],

@@ -22,11 +22,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest, ExportTraceServiceResponse)
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import build_parser, options_from_args
-from triton_serve.errors import ServerError
+from triton_serve._engine.cli import build_parser, options_from_args
+from triton_serve._engine.errors import ServerError
 from triton_serve.testing import free_port
-from triton_serve.trace_settings import TraceConfig, trace_config_from_args, warn_deprecated_trace_flags
-from triton_serve.tracing import Tracer
+from triton_serve._engine.trace_settings import TraceConfig, trace_config_from_args, warn_deprecated_trace_flags
+from triton_serve._engine.tracing import Tracer
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 from .test_grpc_stream import SLOW

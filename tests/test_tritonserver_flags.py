@@ -10,8 +10,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.cli import IGNORED_FLAGS, build_parser, options_from_args, warn_ignored_flags
-from triton_serve.registry import BackendRegistry
+from triton_serve._engine.cli import IGNORED_FLAGS, build_parser, options_from_args, warn_ignored_flags
+from triton_serve._engine.registry import BackendRegistry
 from triton_serve.testing import TOY_BACKENDS
 
 from .test_grpc_stream import SLOW

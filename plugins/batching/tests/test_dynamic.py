@@ -14,9 +14,8 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import (InferenceClient, InferenceRequest, InstancePool, InstanceSpec, ModelContext, ModelSpec,
-                                 Tensor)
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import (InferenceClient, InferenceRequest, InstancePool, InstanceSpec, ModelConfig,
+                                 ModelContext, ModelInstanceGroup, ModelSpec, Tensor)
 from triton_serve.testing import ProbeBackend, probe_config
 from triton_serve_batching.dynamic import DynamicBatcher
 

@@ -18,23 +18,9 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import (
-    Backend,
-    BackendRegistry,
-    InferenceClient,
-    InferenceRequest,
-    InferenceResponse,
-    InstancePool,
-    InstanceSpec,
-    ModelContext,
-    ModelInstance,
-    ModelSpec,
-    ServerError,
-    Status,
-    Tensor,
-    hookimpl,
-)
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import (Backend, BackendRegistry, InferenceClient, InferenceRequest, InferenceResponse,
+                                 InstancePool, InstanceSpec, ModelConfig, ModelContext, ModelInstance, ModelSpec,
+                                 ServerError, Status, Tensor, hookimpl)
 from triton_serve.testing import RunningServer
 from triton_serve_batching.sequence import SequenceBatcher
 

@@ -17,8 +17,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from triton_serve.batch import request_batch_size
-from triton_serve.plugin import InferenceRequest, ModelContext, ModelInstance, Scheduler, ServerError, Status
+from triton_serve.plugin import (InferenceRequest, ModelContext, ModelInstance, Scheduler, ServerError, Status,
+                                 request_batch_size)
 
 from .delay import delay_scheduler_count
 from .forming import BatchRule, plan_batch

@@ -10,8 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from triton_serve.plugin import InferenceRequest, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelDynamicBatching, ModelQueuePolicy
+from triton_serve.plugin import InferenceRequest, ModelDynamicBatching, ModelQueuePolicy, ServerError, Status
 
 NO_DEADLINE = 1 << 62
 

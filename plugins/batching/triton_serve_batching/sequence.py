@@ -12,21 +12,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from triton_serve.batch import datatype_of_config, request_batch_size
-from triton_serve.datatypes import DataType, from_wire_bytes
-from triton_serve.plugin import (
-    InferenceRequest,
-    InferenceResponse,
-    ModelContext,
-    ModelInstance,
-    ModelSpec,
-    RequestedOutput,
-    Scheduler,
-    ServerError,
-    Status,
-    Tensor,
-)
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelSequenceBatching
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelConfig, ModelContext, ModelInstance,
+                                 ModelSequenceBatching, ModelSpec, RequestedOutput, Scheduler, ServerError, Status,
+                                 Tensor, TensorType, datatype_of_config, from_wire_bytes, request_batch_size)
 
 from .delay import delay_scheduler_count
 
@@ -50,7 +38,7 @@ class SequenceControls:
         self._model = config.name
         self._shape = (1, 1) if config.max_batch_size > 0 else (1,)
         self._flags: list[tuple[str, int, str, tuple[float, float]]] = []  # name, kind, datatype, (false, true)
-        self._corrid: tuple[str, DataType] | None = None
+        self._corrid: tuple[str, TensorType] | None = None
         for control_input in config.sequence_batching.control_input:
             for control in control_input.control:
                 if control.kind == Control.CONTROL_SEQUENCE_CORRID:
@@ -101,7 +89,7 @@ class ImplicitStates:
 
     def __init__(self, model: ModelSpec) -> None:
         config = model.config
-        self._specs: list[tuple[ModelSequenceBatching.State, DataType, np.ndarray]] = []
+        self._specs: list[tuple[ModelSequenceBatching.State, TensorType, np.ndarray]] = []
         seen: set[str] = set()
         for state in config.sequence_batching.state:
             if state.input_name in seen:
@@ -139,7 +127,7 @@ class ImplicitStates:
         return kept
 
 
-def _initial_state(model: ModelSpec, state: ModelSequenceBatching.State, datatype: DataType) -> np.ndarray:
+def _initial_state(model: ModelSpec, state: ModelSequenceBatching.State, datatype: TensorType) -> np.ndarray:
     """A state's value for the first request of a sequence (zeros unless ``initial_state`` says otherwise)."""
     batch = [1] if model.config.max_batch_size > 0 else []
     if not state.initial_state:
@@ -186,7 +174,7 @@ def _initial_state(model: ModelSpec, state: ModelSequenceBatching.State, datatyp
                           f"'{state.input_name}' does not hold {count} elements: {error}") from None
 
 
-def _zeros(shape: tuple[int, ...], datatype: DataType) -> np.ndarray:
+def _zeros(shape: tuple[int, ...], datatype: TensorType) -> np.ndarray:
     if datatype.name == "BYTES":
         return np.full(shape, b"", dtype=np.object_)
     return np.zeros(shape, dtype=datatype.numpy)

@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import time
 
-from triton_serve.plugin import (ComputeTiming, InferenceRequest, InferenceResponse, ModelContext, Scheduler,
-                                 ServerError, Status, Tensor)
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import (ComputeTiming, InferenceRequest, InferenceResponse, ModelConfig, ModelContext,
+                                 Scheduler, ServerError, Status, Tensor)
 
 from .steps import StepGraph
 from .validation import check_scheduling, check_steps

@@ -2,8 +2,7 @@
 follow it, and how its requests and responses map to ensemble tensors."""
 from __future__ import annotations
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ModelConfig, RequestedOutput, Tensor
 
 
 class StepGraph:

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig
+from triton_serve.plugin import DataType, ModelConfig, ServerError, Status
 
 ENSEMBLE_PLATFORM = "ensemble"
 

@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 import xgboost
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 
-from triton_serve.server import ServerOptions
+from triton_serve.plugin import ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 FEATURES = 5

@@ -11,8 +11,8 @@ import pytest
 import xgboost
 from google.protobuf import text_format
 
-from triton_serve.plugin import InferenceRequest, InstanceSpec, ModelSpec, ServerError, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import (InferenceRequest, InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec,
+                                 ServerError, Tensor)
 from triton_serve_fil.backend import FilBackend
 
 

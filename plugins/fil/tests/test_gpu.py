@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 import xgboost
 
-from triton_serve.devices import visible_gpu_ids
+from triton_serve.plugin import visible_gpu_ids
 from triton_serve.testing import RunningServer
 
 pytestmark = [

@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from triton_serve.batch import concat_inputs, split_outputs
-from triton_serve.plugin import (Backend, InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance,
-                                 ModelSpec, ServerError, Status)
+from triton_serve.plugin import (Backend, InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 ServerError, Status, concat_inputs, split_outputs)
 
 from .model_config import INPUT_NAME, OUTPUT_NAME, check_config, complete_config
 from .options import DEFAULT_MODEL_TYPE, MODEL_FILES, XGBOOST_TYPES, FilOptions
 from .outputs import OutputRule
 
 if TYPE_CHECKING:
-    from triton_serve.protos.model_config_pb2 import ModelConfig
+    from triton_serve.plugin import ModelConfig
 
     from .forest import Forest
 

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig
+from triton_serve.plugin import DataType, ModelConfig, ServerError, Status
 
 from .outputs import OutputRule
 

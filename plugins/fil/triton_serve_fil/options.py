@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError
 
 # model_type -> the file Triton's FIL backend reads from the version folder by default
 MODEL_FILES: dict[str, str] = {

@@ -1,8 +1,7 @@
 """The plugin module behind the ``fil`` entry point: registers the FIL backend."""
 from __future__ import annotations
 
-from triton_serve.hookspecs import hookimpl
-from triton_serve.registry import BackendRegistry
+from triton_serve.plugin import BackendRegistry, hookimpl
 
 from .backend import FilBackend
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import ModelSpec
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig
+from triton_serve.plugin import DataType, ModelConfig, ModelSpec
 from triton_serve_onnx.backend import OnnxRuntimeBackend
 
 ONE = {"onnxruntime": {"default-max-batch-size": "1"}}  # batching models without a dynamic batcher

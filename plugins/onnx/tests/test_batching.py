@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.batch import datatype_of_config
-from triton_serve.plugin import InferenceRequest, InferenceResponse, InstanceSpec, ModelSpec, RequestedOutput, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
+                                 ModelSpec, RequestedOutput, Tensor, datatype_of_config)
 from triton_serve_onnx.instance import OnnxRuntimeInstance
 
 MLP_CONFIG = """

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.server import ServerOptions
+from triton_serve.plugin import ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 MLP_IO = """

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
 from triton_serve_onnx.session import open_instance_session
 
 GPU_CONFIG = """

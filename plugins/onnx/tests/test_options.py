@@ -10,8 +10,7 @@ import onnxruntime
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
 from triton_serve_onnx.backend import OnnxRuntimeBackend
 from triton_serve_onnx.providers import choose_providers
 from triton_serve_onnx.session import open_instance_session

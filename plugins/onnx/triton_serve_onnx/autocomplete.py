@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from triton_serve.plugin import ModelConfig, ModelInput, ModelOutput, ServerError
 
 from .signature import ModelSignature, TensorInfo
 from .tensors import unsupported_type

@@ -4,8 +4,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from triton_serve.batch import concat_inputs, split_outputs
-from triton_serve.plugin import InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 concat_inputs, split_outputs)
 
 from .runner import SessionRunner
 from .session import open_instance_session

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from triton_serve.plugin import InstanceSpec, ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import InstanceSpec, ModelConfig, ServerError
 
 ARENA_SHRINKAGE = "memory.enable_memory_arena_shrinkage"
 DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from triton_serve.plugin import InstanceSpec, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelOptimizationPolicy
+from triton_serve.plugin import InstanceSpec, ModelConfig, ModelOptimizationPolicy, ServerError, Status
 
 from .parameters import bool_from_string, int_parameter, parse_bool, string_parameter
 

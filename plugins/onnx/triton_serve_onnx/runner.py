@@ -5,8 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError, Status
 
 from .signature import ModelSignature
 from .tensors import bf16_input, ortvalue_as_array, text_input

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from triton_serve.batch import datatype_of_config
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInput, ModelOutput, ModelSequenceBatching
+from triton_serve.plugin import (ModelConfig, ModelInput, ModelOutput, ModelSequenceBatching, ServerError,
+                                 datatype_of_config)
 
 from .signature import ModelSignature, TensorInfo
 from .tensors import unsupported_type

@@ -16,14 +16,9 @@ import openvino.opset13 as ops
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.backend import InstanceSpec, ModelSpec
-from triton_serve.config import apply_defaults
-from triton_serve.datatypes import datatype_of
-from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from triton_serve.pluginhost import ENTRY_POINT_GROUP, PLUGINS_ENV
-from triton_serve.protos.model_config_pb2 import ModelConfig
-from triton_serve.server import ServerOptions
-from triton_serve.testing import RunningServer, free_port
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelSpec,
+                                 RequestedOutput, ServerOptions, Tensor, datatype_of)
+from triton_serve.testing import ENTRY_POINT_GROUP, PLUGINS_ENV, RunningServer, apply_defaults, free_port
 from triton_serve_openvino.backend import OpenVinoBackend
 from triton_serve_openvino.instance import OpenVinoInstance
 

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.testing import RunningServer
+from triton_serve.testing import RunningServer, pretend_gpus
 from triton_serve_openvino.backend import OpenVinoBackend
 
 MLP = """
@@ -162,7 +162,7 @@ def test_the_good_model_still_serves_and_the_broken_ones_answer_with_errors(serv
 
 def test_kind_gpu_is_rejected_even_where_a_gpu_is_visible(tserve: Any, repo: Path, models: dict[str, Path],
                                                           kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("triton_serve.repository.visible_gpu_ids", lambda: [0])  # as on a machine with a GPU
+    pretend_gpus(monkeypatch, [0])  # as on a machine with a GPU
     files = {"model.xml": models["mlp_xml"], "model.bin": models["mlp_xml"].with_suffix(".bin")}
     kit.write_model(repo, "on_gpu", files, mlp_config(extra="instance_group [{ kind: KIND_GPU, gpus: [0] }]"))
     server = tserve(repo)

@@ -9,8 +9,7 @@ import openvino as ov
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError
 from triton_serve_openvino.backend import OpenVinoBackend
 from triton_serve_openvino.parameters import OpenVinoParameters
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 import openvino as ov
 from openvino import layout_helpers
 
-from triton_serve.backend import ModelSpec
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
+from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, ModelSpec, ServerError
 
 from .datatypes import SERVED, config_type_of
 from .model_file import new_core, read_model

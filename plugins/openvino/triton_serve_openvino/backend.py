@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from triton_serve.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.errors import ServerError
+from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelSpec, ServerError
 
 from .parameters import OpenVinoParameters, default_max_batch_size
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import openvino as ov
 
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import DataType
 
 # ModelConfig type name -> OpenVINO element type. BYTES (TYPE_STRING) and BF16 are not served.
 ELEMENT_TYPES: dict[str, ov.Type] = {

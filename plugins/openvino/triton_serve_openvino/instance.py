@@ -7,10 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import openvino as ov
 
-from triton_serve.backend import InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.batch import concat_inputs, request_batch_size, split_outputs
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 ServerError, Status, concat_inputs, request_batch_size, split_outputs)
 
 from .model_file import new_core, openvino_message, read_model
 from .parameters import OpenVinoParameters

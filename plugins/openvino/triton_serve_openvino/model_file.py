@@ -5,8 +5,7 @@ from pathlib import Path
 
 import openvino as ov
 
-from triton_serve.backend import ModelSpec
-from triton_serve.errors import ServerError, Status
+from triton_serve.plugin import ModelSpec, ServerError, Status
 
 from .parameters import OpenVinoParameters
 

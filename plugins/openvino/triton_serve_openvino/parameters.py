@@ -4,8 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError
 
 _YES, _NO = "YES", "NO"
 

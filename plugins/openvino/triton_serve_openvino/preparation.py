@@ -6,8 +6,7 @@ from collections.abc import Sequence
 import openvino as ov
 from openvino.preprocess import PrePostProcessor
 
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
+from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, ServerError
 
 from .datatypes import SERVED, element_type_of
 from .model_file import openvino_message

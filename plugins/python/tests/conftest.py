@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from triton_serve.server import ServerOptions
+from triton_serve.plugin import ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 SHM = Path("/dev/shm")

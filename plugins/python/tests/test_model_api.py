@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
 
-from triton_serve.errors import ServerError
+from triton_serve.plugin import ServerError
 from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.pb_utils.logger import set_log_sink
 

@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.backend import InstanceSpec, ModelSpec
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
+                                 ModelSpec, RequestedOutput, ServerError, Status, Tensor)
 from triton_serve_python.backend import PythonBackend
 from triton_serve_python.stacking import stacks_requests
 

@@ -9,10 +9,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from triton_serve.backend import ModelSpec
-from triton_serve.config import config_to_json
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ModelSpec, ServerError, config_to_json
 
 
 def auto_complete(model: ModelSpec, timeout_s: float) -> None:

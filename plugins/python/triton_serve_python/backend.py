@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from triton_serve.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.errors import ServerError, Status
+from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelSpec, ServerError, Status
 
 from .autocomplete import auto_complete
 from .instance import PythonModelInstance

@@ -8,10 +8,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from triton_serve.backend import InstanceSpec, ModelInstance, ModelSpec
-from triton_serve.config import config_to_json
-from triton_serve.errors import ServerError, Status, unavailable
-from triton_serve.inference import InferenceRequest, InferenceResponse
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 ServerError, Status, config_to_json)
 
 from .options import PythonBackendOptions
 from .process import WorkerFailure, WorkerProcess, WorkerStartFailed
@@ -90,7 +88,7 @@ class PythonModelInstance(ModelInstance):
     async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
         worker = self._worker
         if worker is None or not worker.running:
-            raise unavailable(f"python backend worker for {self.label} {self._not_running}")
+            raise ServerError(f"python backend worker for {self.label} {self._not_running}", Status.UNAVAILABLE)
         try:
             if self.stack:
                 stacked = await worker.execute([stack_requests(requests, self.model.config)])

@@ -5,8 +5,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from triton_serve.errors import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError
 
 _MIB = 1 << 20
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

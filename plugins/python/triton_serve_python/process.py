@@ -11,9 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse
-from triton_serve.plugin import InferenceClient
+from triton_serve.plugin import InferenceClient, InferenceRequest, InferenceResponse, ServerError, Status
 
 from .arena import Arena, TensorLayout, grown_size
 from .bls_calls import BlsCalls

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from triton_serve.batch import concat_inputs, split_outputs
-from triton_serve.errors import ServerError
-from triton_serve.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelConfig, RequestedOutput, ServerError, Tensor,
+                                 concat_inputs, split_outputs)
 
 from .options import parse_flag
 

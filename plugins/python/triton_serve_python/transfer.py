@@ -5,8 +5,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from triton_serve.errors import ServerError, Status
-from triton_serve.inference import InferenceRequest, InferenceResponse, Tensor
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
 
 from .arena import TensorLayout, read_tensor
 from .protocol import RequestTuple, ResponseTuple

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from triton_serve.http import app as http_app
-from triton_serve.http import shared_memory as http_shared_memory
+from triton_serve.plugin import http_asgi_app
 from triton_serve_ray import AppArgs, build_app
 from triton_serve_ray.app import INGRESS
 from triton_serve_ray.ray_dataplane import RayDataPlane
@@ -62,9 +62,11 @@ def test_a_model_may_not_take_the_ingress_name(tmp_path: Path, example_repositor
 
 def test_the_ingress_answers_every_data_plane_call_of_the_http_front_end() -> None:
     """The ingress reuses the core's HTTP front-end: each data-plane method it calls must exist here."""
-    source = inspect.getsource(http_app) + inspect.getsource(http_shared_memory)
+    package = http_asgi_app.__module__.rpartition(".")[0]
+    front_end_modules = [module for name, module in list(sys.modules.items()) if name.startswith(package + ".")]
+    source = "".join(inspect.getsource(module) for module in front_end_modules)
     called = set(re.findall(r"self\.dataplane\.(\w+)", source))
     assert {"submit", "model_config", "repository_index"} <= called
     missing = sorted(name for name in called if not hasattr(RayDataPlane, name)
                      and name not in vars(RayDataPlane({}, "triton")))
-    assert not missing, f"RayDataPlane lacks {missing}, which triton_serve.http calls"
+    assert not missing, f"RayDataPlane lacks {missing}, which the HTTP front-end calls"

@@ -20,7 +20,7 @@ from ray import serve
 from ray.cluster_utils import Cluster
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.server import ServerOptions
+from triton_serve.plugin import ServerOptions
 from triton_serve.testing import RunningServer, free_port
 from triton_serve_ray import build_app, deploy
 

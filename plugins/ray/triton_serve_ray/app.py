@@ -9,7 +9,7 @@ from ray import serve
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 
-from triton_serve.server import Server, ServerOptions
+from triton_serve.plugin import Server, ServerOptions
 
 from .ingress import KServeIngress
 from .options import AppArgs

@@ -7,7 +7,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from triton_serve.http.app import HttpFrontend
+from triton_serve.plugin import http_asgi_app
 
 from .ray_dataplane import RayDataPlane
 
@@ -29,4 +29,4 @@ class KServeIngress:
         self.max_input_size = max_input_size
 
     def __serve_build_asgi_app__(self) -> AsgiApp:
-        return HttpFrontend(self.dataplane, self.max_input_size).app()
+        return http_asgi_app(self.dataplane, self.max_input_size)

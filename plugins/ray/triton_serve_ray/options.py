@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from triton_serve.http.app import DEFAULT_MAX_INPUT_SIZE
+from triton_serve.plugin import DEFAULT_MAX_INPUT_SIZE
 
 EVERY_MODEL = "*"  # the key in ``deployment_options`` whose options apply to every model
 

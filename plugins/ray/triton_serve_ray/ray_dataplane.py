@@ -10,8 +10,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
 import triton_serve
-from triton_serve.plugin import InferenceRequest, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import InferenceRequest, ModelConfig, ServerError, Status
 
 from .wire import Reply, WireRequest
 

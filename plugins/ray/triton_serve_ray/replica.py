@@ -4,8 +4,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from triton_serve.plugin import ServerError
-from triton_serve.server import Server, ServerOptions
+from triton_serve.plugin import Server, ServerError, ServerOptions
 
 from .wire import Reply, WireRequest, WireResponse
 

@@ -29,8 +29,7 @@ from google.cloud import storage
 from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from triton_serve.plugin import ServerError
-from triton_serve.server import Server, ServerOptions
+from triton_serve.plugin import Server, ServerError, ServerOptions
 from triton_serve.testing import ToyBackendsPlugin, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_serve.plugin import ServerError
-from triton_serve.server import Server, ServerOptions
+from triton_serve.plugin import Server, ServerError, ServerOptions
 from triton_serve_storage.cache_dir import CacheDirectory
 from triton_serve_storage.credentials import (AzureCredential, GCSCredential, S3Credential, azure_credential,
                                               gcs_credential, s3_credential)

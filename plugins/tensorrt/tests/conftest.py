@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig
 from triton_serve_tensorrt.engine_description import EngineDescription, ProfileShapes, TensorDescription
 
 TENSORRT_MISSING = "TensorRT is not installable in this workplace"

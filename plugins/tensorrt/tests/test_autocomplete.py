@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import DataType, ServerError, Status
 from triton_serve_tensorrt.autocomplete import batching_hint, complete_config
 from triton_serve_tensorrt.engine_description import CONFIG_TYPE_OF_TENSORRT, EngineDescription
 

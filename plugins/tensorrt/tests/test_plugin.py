@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError
-from triton_serve.pluginhost import PLUGINS_ENV, PluginHost
-from triton_serve.protos.model_config_pb2 import ModelInstanceGroup
+from triton_serve.plugin import InstanceSpec, ModelInstanceGroup, ModelSpec, ServerError
+from triton_serve.testing import PLUGINS_ENV, PluginHost
 from triton_serve_tensorrt.backend import INSTALL_COMMAND, TensorRTBackend
 from tritonclient.utils import InferenceServerException
 
@@ -69,7 +68,7 @@ def test_non_gpu_instances_are_refused(kit: Any, tmp_path: Path, kind: int) -> N
 def test_triton_serve_plugins_lists_the_backend_as_unavailable() -> None:
     command = [shutil.which("triton-serve") or "", "plugins"]
     if not command[0]:
-        command = [sys.executable, "-c", "import sys; from triton_serve.cli import main; sys.exit(main())", "plugins"]
+        command = [sys.executable, "-m", "triton_serve", "plugins"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False,
                             env={**os.environ, PLUGINS_ENV: "tensorrt"})
     assert result.returncode == 0, result.stderr

@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelInstanceGroup
+from triton_serve.plugin import ModelInstanceGroup, ServerError
 from triton_serve_tensorrt.engine_description import EngineDescription
 from triton_serve_tensorrt.profiles import (
     max_batch_size,

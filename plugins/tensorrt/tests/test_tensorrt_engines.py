@@ -13,8 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import text_format
-from triton_serve.plugin import InferenceRequest, InstanceSpec, ModelSpec, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import InferenceRequest, InstanceSpec, ModelConfig, ModelSpec, Tensor
 
 trt = pytest.importorskip("tensorrt", reason="TensorRT is not installable in this workplace")
 

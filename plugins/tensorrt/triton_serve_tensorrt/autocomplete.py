@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig
+from triton_serve.plugin import DataType, ModelConfig, ServerError
 
 from .engine_description import EngineDescription, TensorDescription
 from .profiles import max_batch_size, model_profile_indices

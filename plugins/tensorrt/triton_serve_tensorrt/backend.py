@@ -4,8 +4,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelSpec, ServerError
-from triton_serve.protos.model_config_pb2 import ModelInstanceGroup
+from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelInstanceGroup, ModelSpec, ServerError
 
 from .autocomplete import complete_config
 from .instance import TensorRTInstance

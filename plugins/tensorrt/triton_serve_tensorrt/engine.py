@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 import tensorrt as trt
-from triton_serve.batch import datatype_of_config
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import DataType, ServerError, Status, datatype_of_config
 
 from . import cuda
 from .engine_description import EngineDescription, ProfileShapes, TensorDescription

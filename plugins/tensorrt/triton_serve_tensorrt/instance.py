@@ -5,16 +5,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from triton_serve.batch import concat_inputs, split_outputs
-from triton_serve.plugin import (
-    InferenceRequest,
-    InferenceResponse,
-    InstanceSpec,
-    ModelInstance,
-    ModelSpec,
-    ServerError,
-    Status,
-)
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 ServerError, Status, concat_inputs, split_outputs)
 
 from .plan_files import plan_path
 from .profiles import profile_indices

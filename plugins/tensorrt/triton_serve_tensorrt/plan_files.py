@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from triton_serve.plugin import ModelSpec, ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ModelSpec, ServerError
 
 DEFAULT_PLAN_FILENAME = "model.plan"
 

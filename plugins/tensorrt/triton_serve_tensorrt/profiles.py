@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import ModelConfig, ModelInstanceGroup, ServerError
 
 from .engine_description import EngineDescription, Shape
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from triton_serve.plugin import ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
+from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, ServerError, Status
 
 from .engine_description import EngineDescription, Shape, TensorDescription
 from .profiles import profile_max_batch_size

@@ -11,8 +11,7 @@ import tritonclient.http as http
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
 from triton_serve_torch.backend import PyTorchBackend
 
 

@@ -11,8 +11,8 @@ import torch
 import tritonclient.http as http
 from google.protobuf import text_format
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, InstanceSpec, ModelSpec, Tensor
-from triton_serve.protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
+                                 ModelSpec, Tensor)
 from triton_serve_torch.backend import PyTorchBackend
 
 RNG = np.random.default_rng(11)

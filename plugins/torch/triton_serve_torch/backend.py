@@ -9,8 +9,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelSpec, ServerError, Status
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import Backend, DataType, InstanceSpec, ModelInstance, ModelSpec, ServerError, Status
 
 from .options import TorchModelOptions
 

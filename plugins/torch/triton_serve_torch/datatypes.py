@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import DataType
 
 # torch < 2.3 has no uint16/uint32/uint64; where it has them, few operators accept them.
 _UNSIGNED = {f"TYPE_UINT{bits}": getattr(torch, f"uint{bits}") for bits in (16, 32, 64)

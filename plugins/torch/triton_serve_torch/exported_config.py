@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
+from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, ServerError
 
 from .datatypes import CONFIG_TYPES, torch_dtype
 from .modelfile import TensorSignature

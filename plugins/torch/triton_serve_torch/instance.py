@@ -10,10 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from triton_serve.batch import concat_inputs, split_outputs
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
-                                 ServerError, Status)
-from triton_serve.protos.model_config_pb2 import DataType
+from triton_serve.plugin import (DataType, InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
+                                 ServerError, Status, concat_inputs, split_outputs)
 
 from .datatypes import to_array, to_tensor, torch_dtype
 from .exported_config import check_config

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from triton_serve.plugin import ServerError
-from triton_serve.protos.model_config_pb2 import ModelConfig
+from triton_serve.plugin import ModelConfig, ServerError
 
 _TRUE = ("true", "on", "1")
 _FALSE = ("false", "off", "0")

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from triton_serve.protos import health_pb2 as health__pb2
+from triton_serve._engine.protos import health_pb2 as health__pb2
 
 GRPC_GENERATED_VERSION = '1.76.0'
 GRPC_VERSION = grpc.__version__

@@ -16,7 +16,7 @@ from .metrics import MetricsConfig, TritonCollector, render
 from .repository import ModelRepository
 from .system_metrics import SystemSampler
 
-log = logging.getLogger("triton_serve.metrics")
+log = logging.getLogger("triton_serve._engine.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

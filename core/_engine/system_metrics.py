@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger("triton_serve.metrics")
+log = logging.getLogger("triton_serve._engine.metrics")
 
 _CPU = (("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "utilization"),
         ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "memory_total"),

@@ -170,7 +170,7 @@ class _FrontendProcess:
         log_settings = log_control.settings
         try:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "triton_serve.frontend_process", str(frontend_end.fileno()),
+                sys.executable, "-m", "triton_serve._engine.frontend_process", str(frontend_end.fileno()),
                 json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
                 pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
             self.endpoint = _Endpoint(self.pool.dataplane, started)

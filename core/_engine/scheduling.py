@@ -49,6 +49,7 @@ class InstancePool:
 
     @contextlib.asynccontextmanager
     async def acquire(self) -> AsyncIterator[ModelInstance]:
+        """Hold an idle instance for the ``async with`` block (waiting for one to be free)."""
         instance = await self._take()
         try:
             yield instance

@@ -10,7 +10,8 @@ from typing import Any
 
 import pluggy
 
-from . import __version__, hookspecs
+from .. import __version__
+from . import hookspecs
 from .errors import ServerError, Status
 from .registry import BackendRegistry, CacheRegistry, Registry, SchedulerRegistry
 from .sources import RepositorySource
@@ -21,9 +22,9 @@ PLUGINS_ENV = "TRITON_SERVE_PLUGINS"
 
 # Registered first, so installed plugins (registered later, called earlier) can take over their names.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
-    ("local_source", "triton_serve.builtins.local_source"),
-    ("passthrough_scheduler", "triton_serve.builtins.passthrough"),
-    ("local_cache", "triton_serve.builtins.local_cache"),
+    ("local_source", "triton_serve._engine.builtins.local_source"),
+    ("passthrough_scheduler", "triton_serve._engine.builtins.passthrough"),
+    ("local_cache", "triton_serve._engine.builtins.local_cache"),
 )
 
 

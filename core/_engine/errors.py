@@ -18,6 +18,7 @@ class Status(enum.Enum):
 
     @property
     def http_status(self) -> int:
+        """The HTTP status this status answers with."""
         return _HTTP_STATUS[self]
 
 

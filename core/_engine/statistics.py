@@ -4,8 +4,8 @@ The data plane records each request's end (success or fail, measured from arriva
 cache hits; ``InstancePool.run`` records queue and compute times per execution.
 A backend may split its compute time into input, infer and output phases by calling
 ``mark_inputs_ready()`` and ``mark_outputs_ready()`` from inside ``execute`` (the batch
-helpers in ``triton_serve.batch`` do this); otherwise the whole call counts as infer.
-Prometheus metrics (``triton_serve.metrics``) read these counters at scrape time; only the
+helpers in ``triton_serve._engine.batch`` do this); otherwise the whole call counts as infer.
+Prometheus metrics (``triton_serve._engine.metrics``) read these counters at scrape time; only the
 latency summaries and histograms that ``--metrics-config`` turns on add per-request work
 (a ``LatencyRecorder``: one append, or one bisect and an integer increment, per observation).
 """

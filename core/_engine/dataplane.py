@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from .. import __version__
 from .caching import ResponseCache
 from .config import config_to_json
 from .datatypes import name_of_config_type

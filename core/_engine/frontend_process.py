@@ -1,4 +1,4 @@
-"""A front-end process, ``python -m triton_serve.frontend_process <fd> <options JSON> <log settings JSON>``:
+"""A front-end process, ``python -m triton_serve._engine.frontend_process <fd> <options JSON> <log settings JSON>``:
 it accepts HTTP and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner
 over a channel (``channel.py``), through ``RemoteDataPlane``, which offers the front-ends the data plane's
 methods; it logs as the owner's log settings say (``channel.LOG_SETTINGS`` brings each change)."""

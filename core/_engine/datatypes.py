@@ -10,7 +10,7 @@ from .protos.model_config_pb2 import DataType as ConfigDataType
 
 
 @dataclass(frozen=True)
-class DataType:
+class TensorType:
     """One tensor datatype as the protocol ("FP32") and ModelConfig ("TYPE_FP32") name it."""
 
     name: str
@@ -20,25 +20,25 @@ class DataType:
 
 
 _ALL = [
-    DataType("BOOL", "TYPE_BOOL", np.dtype(np.bool_), 1),
-    DataType("UINT8", "TYPE_UINT8", np.dtype("<u1"), 1),
-    DataType("UINT16", "TYPE_UINT16", np.dtype("<u2"), 2),
-    DataType("UINT32", "TYPE_UINT32", np.dtype("<u4"), 4),
-    DataType("UINT64", "TYPE_UINT64", np.dtype("<u8"), 8),
-    DataType("INT8", "TYPE_INT8", np.dtype("<i1"), 1),
-    DataType("INT16", "TYPE_INT16", np.dtype("<i2"), 2),
-    DataType("INT32", "TYPE_INT32", np.dtype("<i4"), 4),
-    DataType("INT64", "TYPE_INT64", np.dtype("<i8"), 8),
-    DataType("FP16", "TYPE_FP16", np.dtype("<f2"), 2),
-    DataType("FP32", "TYPE_FP32", np.dtype("<f4"), 4),
-    DataType("FP64", "TYPE_FP64", np.dtype("<f8"), 8),
+    TensorType("BOOL", "TYPE_BOOL", np.dtype(np.bool_), 1),
+    TensorType("UINT8", "TYPE_UINT8", np.dtype("<u1"), 1),
+    TensorType("UINT16", "TYPE_UINT16", np.dtype("<u2"), 2),
+    TensorType("UINT32", "TYPE_UINT32", np.dtype("<u4"), 4),
+    TensorType("UINT64", "TYPE_UINT64", np.dtype("<u8"), 8),
+    TensorType("INT8", "TYPE_INT8", np.dtype("<i1"), 1),
+    TensorType("INT16", "TYPE_INT16", np.dtype("<i2"), 2),
+    TensorType("INT32", "TYPE_INT32", np.dtype("<i4"), 4),
+    TensorType("INT64", "TYPE_INT64", np.dtype("<i8"), 8),
+    TensorType("FP16", "TYPE_FP16", np.dtype("<f2"), 2),
+    TensorType("FP32", "TYPE_FP32", np.dtype("<f4"), 4),
+    TensorType("FP64", "TYPE_FP64", np.dtype("<f8"), 8),
     # numpy has no bfloat16: BF16 tensors hold their raw 16-bit patterns as uint16.
-    DataType("BF16", "TYPE_BF16", np.dtype("<u2"), 2),
-    DataType("BYTES", "TYPE_STRING", np.dtype(np.object_), 0),
+    TensorType("BF16", "TYPE_BF16", np.dtype("<u2"), 2),
+    TensorType("BYTES", "TYPE_STRING", np.dtype(np.object_), 0),
 ]
 
-BY_NAME: dict[str, DataType] = {dt.name: dt for dt in _ALL}
-BY_CONFIG_NAME: dict[str, DataType] = {dt.config_name: dt for dt in _ALL}
+BY_NAME: dict[str, TensorType] = {dt.name: dt for dt in _ALL}
+BY_CONFIG_NAME: dict[str, TensorType] = {dt.config_name: dt for dt in _ALL}
 
 _BY_NUMPY_KIND: dict[np.dtype, str] = {
     dt.numpy: dt.name for dt in _ALL if dt.name not in ("BF16", "BYTES")
@@ -46,7 +46,7 @@ _BY_NUMPY_KIND: dict[np.dtype, str] = {
 
 
 def name_of_config_type(data_type: int) -> str:
-    """The protocol name ("FP32") of a ModelConfig ``DataType`` enum value (TYPE_FP32)."""
+    """The protocol name ("FP32") of a ModelConfig ``TensorType`` enum value (TYPE_FP32)."""
     return BY_CONFIG_NAME[ConfigDataType.Name(data_type)].name
 
 

@@ -44,9 +44,11 @@ class InferenceResponse:
 
     @classmethod
     def from_error(cls, error: ServerError) -> InferenceResponse:
+        """A response that fails its request with ``error``."""
         return cls(error=error)
 
     def output(self, name: str) -> Tensor | None:
+        """The output tensor called ``name``, or None."""
         for tensor in self.outputs:
             if tensor.name == name:
                 return tensor
@@ -106,7 +108,7 @@ class InferenceRequest:
         # Called once by ``cancel`` (a front-end process forwards the cancellation to the model owner).
         self.on_cancel: Callable[[], None] | None = None
         # A front-end's FrontendTrace while tracing is armed; from DataPlane.submit on, the request's
-        # Trace when it was sampled, else None (triton_serve.tracing).
+        # Trace when it was sampled, else None (triton_serve._engine.tracing).
         self.trace: Any = None
         self._finished = False
         self._filter: ResponseFilter | None = None

@@ -49,6 +49,12 @@ def _version(request: Request) -> int | None:
     return int(raw) if raw is not None else None
 
 
+def http_asgi_app(dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> Callable[
+        [Scope, Receive, Send], Awaitable[None]]:
+    """The HTTP/REST front-end as an ASGI app answering from ``dataplane`` (to serve it in another host)."""
+    return HttpFrontend(dataplane, max_input_size).app()
+
+
 class HttpFrontend:
     """Builds the ASGI app; ``max_input_size`` bounds request bodies (``--http-max-input-size``)."""
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, DataType, StringCountError, deserialize_bytes, element_count, to_wire_bytes
+from ..datatypes import BY_NAME, TensorType, StringCountError, deserialize_bytes, element_count, to_wire_bytes
 from ..errors import ServerError, unsupported
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
@@ -167,7 +167,7 @@ def _requested_output(output: Any) -> RequestedOutput:
     return RequestedOutput(output.name, parameters)
 
 
-def _raw_array(model: str, name: str, dt: DataType, shape: tuple[int, ...], data: bytes) -> np.ndarray:
+def _raw_array(model: str, name: str, dt: TensorType, shape: tuple[int, ...], data: bytes) -> np.ndarray:
     if dt.itemsize == 0:  # BYTES: 4-byte length prefixes
         try:
             return deserialize_bytes(data, element_count(shape)).reshape(shape)
@@ -182,7 +182,7 @@ def _raw_array(model: str, name: str, dt: DataType, shape: tuple[int, ...], data
     return np.frombuffer(data, dtype=dt.numpy).reshape(shape)
 
 
-def _typed_array(model: str, name: str, dt: DataType, shape: tuple[int, ...],
+def _typed_array(model: str, name: str, dt: TensorType, shape: tuple[int, ...],
                  contents: InferTensorContents) -> np.ndarray:
     present = contents.ListFields()
     if len(present) > 1:

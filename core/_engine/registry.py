@@ -80,6 +80,7 @@ class BackendRegistry(Registry[type[Backend]]):
         self.options: dict[str, dict[str, str]] = {}
 
     def add(self, backend: type[Backend]) -> None:  # type: ignore[override]
+        """Register a Backend subclass under its ``name`` and ``platforms``."""
         before = self.get(backend.name)
         super().add(backend.name, backend)
         if self.get(backend.name) is backend and before is None:
@@ -115,6 +116,7 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
         super().__init__("scheduler")
 
     def add(self, kind: str, factory: SchedulerFactory) -> None:  # type: ignore[override]
+        """Register the factory of schedulers for a scheduling kind (``dynamic``, ``sequence``, ...)."""
         if kind not in SCHEDULING_KINDS:
             raise ValueError(f"unknown scheduling kind '{kind}'; expected one of {', '.join(SCHEDULING_KINDS)}")
         super().add(kind, factory)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .datatypes import BY_CONFIG_NAME, DataType
+from .datatypes import BY_CONFIG_NAME, TensorType
 from .errors import ServerError, internal
 from .inference import InferenceRequest, InferenceResponse, Tensor
 from .protos.model_config_pb2 import DataType as ConfigDataType
@@ -23,8 +23,8 @@ from .protos.model_config_pb2 import ModelConfig
 from .statistics import mark_inputs_ready, mark_outputs_ready
 
 
-def datatype_of_config(data_type: int) -> DataType:
-    """The DataType (protocol name, numpy dtype) of a ModelConfig ``TYPE_*`` enum value."""
+def datatype_of_config(data_type: int) -> TensorType:
+    """The TensorType (protocol name, numpy dtype) of a ModelConfig ``TYPE_*`` enum value."""
     return BY_CONFIG_NAME[ConfigDataType.Name(data_type)]
 
 
@@ -91,7 +91,7 @@ def split_outputs(outputs: Mapping[str, np.ndarray], requests: Sequence[Inferenc
     return responses
 
 
-def _as_datatype(array: np.ndarray, datatype: DataType | None, name: str, model: str) -> np.ndarray:
+def _as_datatype(array: np.ndarray, datatype: TensorType | None, name: str, model: str) -> np.ndarray:
     array = np.asarray(array)
     if datatype is None:
         raise internal(f"model '{model}' returned output '{name}', which its config does not declare")

@@ -88,6 +88,7 @@ class ServerOptions:
     trace_config: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (docs/tracing.md)
 
     def frontend_options(self) -> FrontendOptions:
+        """The part of these options the HTTP and gRPC front-end processes need."""
         return FrontendOptions(
             http_address=self.http_address, http_port=self.http_port, allow_http=self.allow_http,
             http_server=self.http_server, http_max_input_size=self.http_max_input_size,
@@ -222,6 +223,7 @@ class Server:
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
+        """Return once the server was asked to stop and has stopped."""
         await self._stopping.wait()
         if not self._stopped.is_set():
             await self.stop()

@@ -5,7 +5,7 @@
 # Protobuf Python Version: 6.31.1
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
-from triton_serve.protos import POOL as _POOL
+from triton_serve._engine.protos import POOL as _POOL
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
@@ -28,7 +28,7 @@ DESCRIPTOR = _POOL.AddSerializedFile(b'\n\x0chealth.proto\x12\x0egrpc.health.v1\
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'triton_serve.protos.health_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'triton_serve._engine.protos.health_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HEALTHCHECKREQUEST']._serialized_start=32
