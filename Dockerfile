@@ -35,11 +35,10 @@ RUN set -euf; \
 
 FROM python:3.11-slim
 COPY --from=build /opt/triton-serve/venv /opt/triton-serve/venv
-COPY examples/model_repository /opt/triton-serve/examples/model_repository
 ENV PATH=/opt/triton-serve/venv/bin:$PATH PYTHONUNBUFFERED=1
 RUN useradd --uid 1000 --user-group --create-home triton-serve
 USER 1000:1000
 WORKDIR /home/triton-serve
 EXPOSE 8000 8001 8002
+# No arguments: the example repository inside the triton-serve package.
 ENTRYPOINT ["triton-serve"]
-CMD ["--model-repository=/opt/triton-serve/examples/model_repository"]

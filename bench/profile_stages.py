@@ -10,7 +10,7 @@ count before and after gives requests served, so
 
 Native time outside the GIL (grpc's C core, socket syscalls done without the GIL) is not sampled.
 
-    python3 bench/profile_stages.py --protocol http --concurrency 16 [--ours-flags="--frontend-processes=0"]
+    .venv/bin/python bench/profile_stages.py --protocol http --concurrency 16 [--ours-flags="--frontend-processes=0"]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_add_sub import LOOPBACK, PERF_ANALYZER, REPO, free_ports, running, server_flags  # noqa: E402
+from run_add_sub import LOOPBACK, PERF_ANALYZER, REPO, SCRIPTS, free_ports, running, server_flags  # noqa: E402
 
 # (stage, markers): the first stage one of whose markers appears in a frame, innermost frame first.
 STAGES = [
@@ -74,14 +74,14 @@ def main() -> int:
     args = parser.parse_args()
     ports = free_ports()
     scratch = Path(tempfile.mkdtemp(prefix="profile-"))
-    repository = REPO / "examples" / "model_repository"
+    repository = REPO / "core" / "example_repository"
     if args.batched:
         (scratch / "add_sub").mkdir()
         subprocess.run(["cp", "-r", str(repository / "add_sub"), str(scratch)], check=True)
         config = scratch / "add_sub" / "config.pbtxt"
         config.write_text(config.read_text() + "\ndynamic_batching { }\n")
         repository = scratch
-    command = ["triton-serve", *server_flags(repository, "add_sub", ports), *args.ours_flags.split()]
+    command = [str(SCRIPTS / "triton-serve"), *server_flags(repository, "add_sub", ports), *args.ours_flags.split()]
     base = f"http://{LOOPBACK}:{ports.http}/v2"
     with running(command, dict(os.environ), [f"{base}/health/ready", f"{base}/models/add_sub/ready"], 120,
                  scratch / "server.log") as server:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PERF_ANALYZER = REPO / "scripts" / "perf_analyzer"
+# Console scripts (triton-serve, serve) of the interpreter running the bench, not whichever PATH finds first.
+SCRIPTS = Path(sys.executable).parent
 TRITON_HOME = REPO / "tritonserver"
 TRITON_VENV = REPO / "triton-venv"
 RESULTS = REPO / "bench" / "results"
@@ -83,7 +85,7 @@ OURS_FLAGS: list[str] = []  # --ours-flags
 
 
 def ours_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
-    return ["triton-serve", *flags, *OURS_FLAGS], dict(os.environ)
+    return [str(SCRIPTS / "triton-serve"), *flags, *OURS_FLAGS], dict(os.environ)
 
 
 def triton_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -296,7 +298,7 @@ def start_run(args: argparse.Namespace) -> list[str]:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
+    parser.add_argument("--model-repository", type=Path, default=REPO / "core" / "example_repository")
     parser.add_argument("--model", default="add_sub")
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=list(PROTOCOLS))
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])

@@ -95,7 +95,7 @@ def markdown(results: list[Result], servers: list[str], header: str, concurrency
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
+    parser.add_argument("--model-repository", type=Path, default=REPO / "core" / "example_repository")
     parser.add_argument("--model", default="add_sub")
     parser.add_argument("--protocol", choices=list(PROTOCOLS), default="http-binary")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[4, 16])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_add_sub import (  # noqa: E402
-    LOOPBACK, REPO, RESULTS, SERVERS, Ports, Result, ServerFailed,
+    LOOPBACK, REPO, RESULTS, SCRIPTS, SERVERS, Ports, Result, ServerFailed,
     add_run_arguments, check_run_arguments, fmt_latency, fmt_rate, fmt_ratio, free_ports, measure, running,
     server_flags, start_run,
 )
@@ -41,7 +41,7 @@ def ray_command(args: argparse.Namespace, port: int, scratch: Path) -> tuple[lis
     """`serve run` on a config file: it starts a local Ray instance, deploys, and stops both on SIGINT."""
     config = scratch / "serve.yaml"
     config.write_text(json.dumps(serve_config(args, port), indent=2))  # JSON is YAML
-    return ["serve", "run", str(config)], {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    return [str(SCRIPTS / "serve"), "run", str(config)], {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def bench(server: str, args: argparse.Namespace, stem: str, scratch: Path) -> list[Result]:
@@ -89,7 +89,7 @@ def markdown(results: list[Result], servers: list[str], header: str) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
+    parser.add_argument("--model-repository", type=Path, default=REPO / "core" / "example_repository")
     parser.add_argument("--model", default="add_sub")
     parser.add_argument("--protocols", nargs="+", choices=HTTP_PROTOCOLS, default=["http-binary"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8])
@@ -102,7 +102,7 @@ def parse_args() -> argparse.Namespace:
     try:
         import triton_serve_ray  # noqa: F401
     except ImportError:
-        parser.error("triton_serve_ray is not installed: pip install -e plugins/ray")
+        parser.error(f"triton_serve_ray is not installed in {sys.executable}; scripts/install.sh puts it in .venv")
     args.model_repository = args.model_repository.resolve()
     if not (args.model_repository / args.model).is_dir():
         parser.error(f"no model '{args.model}' in {args.model_repository}")

@@ -190,7 +190,7 @@ def markdown(outcomes: list[Outcome], header: str) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model-repository", type=Path, default=REPO / "examples" / "model_repository")
+    parser.add_argument("--model-repository", type=Path, default=REPO / "core" / "example_repository")
     parser.add_argument("--model", default="add_sub")
     parser.add_argument("--change", choices=["config", "version"], default="config",
                         help="config: each reload follows a changed config.pbtxt; version: a new version folder")

@@ -137,7 +137,7 @@ def main() -> int:
     stem = f"shared_memory-{started:%Y%m%d-%H%M%S}"
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-shm-") as scratch:
-        repositories = {"add_sub": REPO / "examples" / "model_repository", IDENTITY: write_identity(Path(scratch))}
+        repositories = {"add_sub": REPO / "core" / "example_repository", IDENTITY: write_identity(Path(scratch))}
         for server in servers:
             for model, repository in repositories.items():
                 rows += bench_model(server, model, repository, args, stem)

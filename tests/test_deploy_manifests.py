@@ -22,8 +22,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import triton_serve
 from triton_serve._engine.cli import build_parser, options_from_args
-from triton_serve._engine.server import ServerOptions
+from triton_serve._engine.server import EXAMPLE_REPOSITORY, ServerOptions
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 
@@ -257,10 +258,14 @@ def test_dockerfile_builds_the_server_for_a_non_root_user() -> None:
     kserve = find(render("kserve"), "ClusterServingRuntime")["spec"]["containers"][0]["securityContext"]
     assert kubernetes["runAsUser"] == kserve["runAsUser"] == uid
 
-    # The image's example repository is where the Deployment's default and the image's CMD look.
+    # The image has no CMD, so it serves the example repository of the triton-serve package in its venv;
+    # the Deployment's default names that same folder.
+    assert [rest for op, rest in instructions if op == "CMD"] == []
+    [venv] = [rest.split()[-1] for op, rest in instructions if op == "RUN" and " -m venv " in rest]
+    python = [rest.split()[0] for op, rest in instructions if op == "FROM"][-1].split(":")[1].split("-")[0]
+    package = f"{venv}/lib/python{python}/site-packages/triton_serve"
     examples = find(render("kubernetes/base"), "ConfigMap")["data"]["MODEL_REPOSITORY"]
-    assert ("COPY", f"examples/model_repository {examples}") in instructions
-    assert [json.loads(rest) for op, rest in instructions if op == "CMD"] == [[f"--model-repository={examples}"]]
+    assert examples == f"{package}/{EXAMPLE_REPOSITORY.relative_to(Path(triton_serve.__file__).parent)}"
 
 
 def test_plugins_and_extras_the_build_arguments_name_exist() -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from triton_serve.testing import EXAMPLE_REPOSITORY
+
 from .conftest import ADD_SUB
 
 PERF_ANALYZER = Path(__file__).parents[1] / "scripts" / "perf_analyzer"
-EXAMPLES = Path(__file__).parents[1] / "examples" / "model_repository"
 
 
 def _perf_analyzer_works() -> str | None:
@@ -40,7 +41,7 @@ def test_perf_analyzer_with_system_shared_memory(protocol: str, tserve: Callable
     if reason:
         pytest.skip(reason)
     pytest.importorskip("triton_serve_python", reason="the example add_sub needs the Python backend plugin")
-    server = tserve(EXAMPLES, model_control_mode="explicit", load_models=["add_sub"])
+    server = tserve(EXAMPLE_REPOSITORY, model_control_mode="explicit", load_models=["add_sub"])
     _run_cleanly(server.http_url if protocol == "http" else server.grpc_url, protocol, tmp_path,
                  "--shared-memory", "system")
 

@@ -25,13 +25,13 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from triton_serve._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from triton_serve._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from triton_serve._engine.errors import Status
 from triton_serve._engine.grpc_frontend.status import GRPC_CODE
 from triton_serve._engine.hookspecs import hookimpl
 from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from triton_serve._engine.registry import BackendRegistry
-from triton_serve.testing import free_port
+from triton_serve.testing import EXAMPLE_REPOSITORY, free_port
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 
@@ -241,11 +241,16 @@ class _ViewProbe(ModelInstance):
         return responses
 
 
+class _ViewProbeModel(Model):
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _ViewProbe(self, instance)
+
+
 class _ViewProbeBackend(Backend):
     name = "toy_view_probe"
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return _ViewProbe()
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _ViewProbeModel(self, spec)
 
 
 class _ViewProbePlugin:
@@ -536,7 +541,7 @@ def test_cuda_shared_memory_round_trip(tmp_path: Path) -> None:
     except (ImportError, RuntimeError) as error:
         pytest.skip(f"tritonclient's CUDA utilities are unavailable: {error}")
     http_port, grpc_port = free_port(), free_port()
-    repository = Path(__file__).parents[1] / "examples" / "model_repository"
+    repository = EXAMPLE_REPOSITORY
     process = subprocess.Popen(
         [sys.executable, "-c", "from triton_serve._engine.cli import main; raise SystemExit(main())",
          f"--model-repository={repository}", "--model-control-mode=explicit", "--load-model=add_sub",

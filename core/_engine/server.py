@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .caching import ResponseCache
 from .dataplane import DataPlane
 from .errors import ServerError, Status
 from .frontend_pool import FrontendPool
@@ -33,7 +34,8 @@ CORE_EXTENSIONS = ["classification", "model_repository", "model_repository(unloa
                    "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "trace", "logging"]
 # Extensions that exist once a plugin registers the scheduler behind them.
 SCHEDULER_EXTENSIONS = {"dynamic_batching": "schedule_policy", "sequence_batching": "sequence"}
-EXAMPLE_REPOSITORY = Path(__file__).resolve().parent.parent / "examples" / "model_repository"
+# The example repository ships inside the package, so that `triton-serve` alone serves it from any install.
+EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[1] / "example_repository"
 
 
 @dataclass
@@ -136,7 +138,7 @@ class Server:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
 
-    def _make_cache(self):  # type: ignore[no-untyped-def]
+    def _make_cache(self) -> ResponseCache | None:
         if self.options.cache_config is None:
             return None
         name, cache_options = self.options.cache_config
@@ -184,13 +186,11 @@ class Server:
 
     async def _load_initial_models(self) -> None:
         mode = self.options.model_control_mode
-        if mode == "explicit":
-            wanted = self.options.load_models
-            names = await self.repository.model_names() if "*" in wanted else wanted
-        elif mode in ("none", "poll"):
-            names = await self.repository.model_names()
-        else:
+        if mode not in ("none", "poll", "explicit"):
             raise ServerError(f"--model-control-mode={mode} is not supported; use none, explicit or poll")
+        names = await self.repository.model_names()  # in every mode: a repository that cannot be listed stops start-up
+        if mode == "explicit" and "*" not in self.options.load_models:
+            names = self.options.load_models
         models = await asyncio.gather(*(self.repository.load(name) for name in names))
         failed = [m.name for m in models if not m.is_ready()]
         if failed:

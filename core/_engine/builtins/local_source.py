@@ -7,6 +7,7 @@ import os
 from collections.abc import Collection
 from pathlib import Path
 
+from ..errors import ServerError, Status
 from ..hookspecs import hookimpl
 from ..sources import RepositorySource, is_version_name
 
@@ -23,9 +24,12 @@ class LocalRepositorySource(RepositorySource):
         return self.root.name
 
     async def list_models(self) -> list[str]:
-        if not self.root.is_dir():
-            raise FileNotFoundError(f"model repository '{self.location}' is not a directory")
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        try:
+            entries = list(self.root.iterdir())
+        except OSError as error:  # missing, not a directory, or not readable
+            raise ServerError(f"cannot list model repository '{self.location}': {error.strerror or error}",
+                              Status.INTERNAL) from None
+        return sorted(p.name for p in entries if p.is_dir() and not p.name.startswith("."))
 
     async def exists(self, name: str) -> bool:
         return (self.root / name).is_dir()

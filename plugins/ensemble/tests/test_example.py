@@ -1,9 +1,8 @@
-"""examples/model_repository's ensemble_add_sub (Python preprocess -> Python add_sub -> Python postprocess),
+"""The example repository's ensemble_add_sub (Python preprocess -> Python add_sub -> Python postprocess),
 loaded alone in explicit mode, which loads its three models, answers tritonclient HTTP, gRPC and gRPC streams."""
 from __future__ import annotations
 
 import queue
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,7 +10,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+from triton_serve.testing import EXAMPLE_REPOSITORY
+
 RAW = np.linspace(-1.5, 2.25, 16, dtype=np.float32).reshape(1, 16)
 
 
@@ -22,7 +22,7 @@ def raw(client: Any) -> Any:
 
 
 def test_the_example_ensemble_serves_every_client(tserve) -> None:  # type: ignore[no-untyped-def]
-    server = tserve(EXAMPLES, model_control_mode="explicit", load_models=["ensemble_add_sub"])
+    server = tserve(EXAMPLE_REPOSITORY, model_control_mode="explicit", load_models=["ensemble_add_sub"])
     http = httpclient.InferenceServerClient(server.http_url)
     ready = {m["name"] for m in http.get_model_repository_index() if m.get("state") == "READY"}
     assert ready == {"ensemble_add_sub", "preprocess", "add_sub", "postprocess"}

@@ -117,7 +117,7 @@ def test_invalid_ensembles_fail_to_load_with_triton_words(explicit, repo) -> Non
 
 
 def test_model_control_loads_and_unloads_composing_models_as_triton_does(explicit, add_model) -> None:  # type: ignore[no-untyped-def]
-    # what Triton 2.51 does, observed on it with examples/model_repository's ensemble_add_sub
+    # what Triton 2.51 does, observed on it with the example repository's ensemble_add_sub
     add_model("double", ADD_SUB)
     add_model("e", ensemble(AB, [tensor("OUT")], [step("add_sub", ADD, {"OUTPUT0": "s"}),
                                                   step("double", {"INPUT0": "s", "INPUT1": "s"}, {"OUTPUT0": "OUT"})],

@@ -13,7 +13,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+from triton_serve.testing import EXAMPLE_REPOSITORY
+
 STREAM_TEXT = """
 name: "stream_text"
 platform: "ensemble"
@@ -52,7 +53,7 @@ class TritonPythonModel:
 
 def repository(root: Path) -> Path:
     for name in ("token_streamer", "ensemble_add_sub", "preprocess", "add_sub", "postprocess"):
-        shutil.copytree(EXAMPLES / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(EXAMPLE_REPOSITORY / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "stream_text" / "1").mkdir(parents=True)
     (root / "stream_text" / "config.pbtxt").write_text(STREAM_TEXT)
     (root / "bls_ensemble" / "1").mkdir(parents=True)

@@ -17,7 +17,7 @@ class XGBoostGpuScorer:
             import xgboost
         except ImportError:
             raise ServerError("KIND_GPU instances of the fil backend run XGBoost models with XGBoost, which is "
-                              "not installed: pip install xgboost", Status.UNAVAILABLE) from None
+                              "not installed: pip install 'triton-serve-fil[gpu]'", Status.UNAVAILABLE) from None
         try:
             # loading from bytes lets XGBoost tell JSON from UBJSON by content, whatever the file is named
             self.booster = xgboost.Booster(model_file=bytearray(path.read_bytes()))

@@ -17,15 +17,15 @@ import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from triton_serve.plugin import InferenceRequest, Tensor
+from triton_serve.testing import EXAMPLE_REPOSITORY
 from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.process import WorkerProcess
 
-ADD_SUB = Path(__file__).resolve().parents[3] / "examples" / "model_repository" / "add_sub"
+ADD_SUB = EXAMPLE_REPOSITORY / "add_sub"
 
 
 def init_message() -> dict[str, object]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from triton_serve.testing import RunningServer
+from triton_serve.testing import EXAMPLE_REPOSITORY, RunningServer
 
 ADD_SUB = """
     import json
@@ -252,8 +252,7 @@ def test_logger_lines_reach_the_server_log(kit: Any, client: http.InferenceServe
 
 
 def test_example_repository(kit: Any, python_server: Any, client_for: Any) -> None:
-    examples = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
-    client = client_for(python_server(examples))
+    client = client_for(python_server(EXAMPLE_REPOSITORY))
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     result = kit.infer(client, "add_sub", INPUT0=a, INPUT1=a)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
@@ -278,8 +277,7 @@ def test_example_repository_over_grpc(python_server: Any) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.grpc.aio as grpcaio
 
-    examples = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
-    server = python_server(examples)
+    server = python_server(EXAMPLE_REPOSITORY)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
 
     def add_sub_inputs(module: Any) -> list[Any]:

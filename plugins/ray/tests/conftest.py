@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from triton_serve.testing import EXAMPLE_REPOSITORY
+
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # before ray is imported: no usage prompt or upload
 # Replicas and handles report their load for autoscaling every half second (Ray's default: 10 s).
 os.environ.setdefault("RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S", "0.5")
@@ -19,5 +21,5 @@ with warnings.catch_warnings():  # Ray's own modules use pydantic features pydan
 
 @pytest.fixture(scope="session")
 def example_repository() -> Path:
-    """examples/model_repository: Python models (add_sub, identity_bytes, tokenizer, ...) and an ensemble."""
-    return Path(__file__).resolve().parents[3] / "examples" / "model_repository"
+    """The example repository: Python models (add_sub, identity_bytes, tokenizer, ...) and an ensemble."""
+    return EXAMPLE_REPOSITORY

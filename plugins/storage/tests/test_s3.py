@@ -14,10 +14,9 @@ import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
 from triton_serve.plugin import ServerError
-from triton_serve.testing import free_port
+from triton_serve.testing import EXAMPLE_REPOSITORY, free_port
 from triton_serve_storage.plugin import tserve_repository_source
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "model_repository"
 
 
 @pytest.fixture
@@ -79,7 +78,7 @@ def test_serves_through_front_end_processes(bucket, tserve, toy, kit, frontend_p
 
 
 def test_python_example_model_from_s3(bucket, tserve) -> None:
-    bucket.upload_folder(EXAMPLES / "add_sub", "models/add_sub/")
+    bucket.upload_folder(EXAMPLE_REPOSITORY / "add_sub", "models/add_sub/")
     server = tserve(bucket.location)
     client = http.InferenceServerClient(server.http_url)
     inputs = []

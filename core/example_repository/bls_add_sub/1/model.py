@@ -1,4 +1,5 @@
-"""bls_add_sub: sends each request's inputs to the add_sub model (BLS) and returns what add_sub answered."""
+"""bls_add_sub: sends each request's inputs to the add_sub model (BLS) and returns what add_sub answered.
+Passing ``trace=request.trace()`` makes a traced request's BLS call a child trace of it, as in Triton."""
 import asyncio
 
 import triton_python_backend_utils as pb_utils
@@ -11,6 +12,7 @@ class TritonPythonModel:
                 model_name="add_sub",
                 inputs=[pb_utils.get_input_tensor_by_name(request, name) for name in ("INPUT0", "INPUT1")],
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
+                trace=request.trace(),
             ).async_exec()
             for request in requests
         ]
