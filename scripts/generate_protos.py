@@ -3,7 +3,7 @@
 Use grpcio-tools==1.76.0 (bundled protoc 31.1, matching the protobuf 6.x runtime that
 tritonclient's ``protobuf<7`` pin allows), so the output is reproducible:
 
-    python scripts/generate_protos.py          # rewrite core/_engine/protos/*_pb2*.py
+    python scripts/generate_protos.py          # rewrite core/_engine/protos/*_pb2*.py and the *_pb2.pyi stubs
     python scripts/generate_protos.py --check  # exit 1 if they are stale (for CI)
 
 Post-processing applied to protoc's output:
@@ -25,13 +25,16 @@ from pathlib import Path
 
 GRPC_TOOLS_VERSION = "1.76.0"
 PACKAGE = "triton_serve._engine.protos"
-PROTO_DIR = Path(__file__).resolve().parent.parent / "core" / "protos"
+PROTO_DIR = Path(__file__).resolve().parent.parent / "core" / "_engine" / "protos"
 PROTOS = ("model_config.proto", "grpc_service.proto", "health.proto")
 OUTPUTS = (
     "model_config_pb2.py",
+    "model_config_pb2.pyi",
     "grpc_service_pb2.py",
+    "grpc_service_pb2.pyi",
     "grpc_service_pb2_grpc.py",
     "health_pb2.py",
+    "health_pb2.pyi",
     "health_pb2_grpc.py",
 )
 
@@ -44,7 +47,7 @@ def run_protoc(out_dir: Path) -> None:
     """Run grpc_tools' protoc on all schemas, writing raw modules into ``out_dir``."""
     cmd = [
         sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}",
-        f"--python_out={out_dir}", f"--grpc_python_out={out_dir}", *PROTOS,
+        f"--python_out={out_dir}", f"--pyi_out={out_dir}", f"--grpc_python_out={out_dir}", *PROTOS,
     ]
     subprocess.run(cmd, check=True, cwd=PROTO_DIR)
 
