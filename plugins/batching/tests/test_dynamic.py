@@ -199,9 +199,8 @@ def test_preserve_ordering_answers_in_arrival_order(tmp_path, preserve: bool) ->
     config = text_format.Parse(probe_config(max_batch_size=1) + f"""
 dynamic_batching {{ preserve_ordering: {str(preserve).lower()} }}""", ModelConfig(name="probe"))
     spec = ModelSpec("probe", 1, config, tmp_path, tmp_path / "1")
-    backend = ProbeBackend()
-    instances = [backend.create_instance(spec, InstanceSpec(f"probe_{i}", ModelInstanceGroup(), i, "CPU"))
-                 for i in range(2)]
+    model = ProbeBackend().create_model(spec)  # its load and its instances' loads do nothing
+    instances = [model.create_instance(InstanceSpec(f"probe_{i}", ModelInstanceGroup(), i, "CPU")) for i in range(2)]
 
     def request(delay: float) -> InferenceRequest:
         data = np.full((1, 1), delay, np.float32)

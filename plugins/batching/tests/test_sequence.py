@@ -19,8 +19,8 @@ from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
 from triton_serve.plugin import (Backend, BackendRegistry, InferenceClient, InferenceRequest, InferenceResponse,
-                                 InstancePool, InstanceSpec, ModelConfig, ModelContext, ModelInstance, ModelSpec,
-                                 ServerError, Status, Tensor, hookimpl)
+                                 InstancePool, InstanceSpec, Model, ModelConfig, ModelContext, ModelInstance,
+                                 ModelInstanceGroup, ModelSpec, ServerError, Status, Tensor, hookimpl)
 from triton_serve.testing import RunningServer
 from triton_serve_batching.sequence import SequenceBatcher
 
@@ -37,15 +37,14 @@ class SequenceToyInstance(ModelInstance):
     output ``<X>_ECHO`` echoes control input X; INSTANCE is this instance's index. The config
     parameter ``delay_s`` makes every execution that slow."""
 
-    def __init__(self, model: ModelSpec, index: int) -> None:
-        self.model = model
-        self.index = index
+    def __init__(self, model: Model, spec: InstanceSpec) -> None:
+        super().__init__(model, spec)
         self.totals: dict[Any, np.ndarray] = {}
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
-        EXECUTIONS.setdefault(self.model.name, []).append(
+        EXECUTIONS.setdefault(self.model.spec.name, []).append(
             [(r.sequence_id, r.sequence_start, r.sequence_end) for r in requests])
-        parameters = self.model.config.parameters
+        parameters = self.model.spec.config.parameters
         if "delay_s" in parameters:
             await asyncio.sleep(float(parameters["delay_s"].string_value))
         return [self._answer(request) for request in requests]
@@ -65,13 +64,21 @@ class SequenceToyInstance(ModelInstance):
         outputs = [Tensor("OUTPUT", "INT32", value.shape, total)]
         if "STATE_IN" in inputs:
             outputs.append(Tensor("STATE_OUT", "INT32", total.shape, total))
-        for spec in self.model.config.output:
+        for spec in self.model.spec.config.output:
             if spec.name.endswith("_ECHO"):
                 echoed = inputs[spec.name.removesuffix("_ECHO")]
                 outputs.append(Tensor(spec.name, echoed.datatype, echoed.shape, echoed.data))
             elif spec.name == "INSTANCE":
-                outputs.append(Tensor("INSTANCE", "INT32", value.shape, np.full(value.shape, self.index, np.int32)))
+                index = np.full(value.shape, self.spec.index, np.int32)
+                outputs.append(Tensor("INSTANCE", "INT32", value.shape, index))
         return InferenceResponse(outputs)
+
+
+class SequenceToyModel(Model):
+    """One version of a ``toy_sequence`` model."""
+
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return SequenceToyInstance(self, instance)
 
 
 class SequenceToyBackend(Backend):
@@ -79,8 +86,8 @@ class SequenceToyBackend(Backend):
 
     name = "toy_sequence"
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return SequenceToyInstance(model, instance.index)
+    def create_model(self, spec: ModelSpec) -> Model:
+        return SequenceToyModel(self, spec)
 
 
 class SequenceTestPlugin:
@@ -308,7 +315,9 @@ def test_oldest_batches_across_sequences_up_to_the_preferred_size(serve) -> None
 
 def spec_and_pool(tmp_path: Path, text: str) -> tuple[ModelSpec, InstancePool]:
     spec = write_model(tmp_path, text)
-    return spec, InstancePool(spec, [SequenceToyInstance(spec, 0)])
+    model = SequenceToyBackend().create_model(spec)  # its load and its instance's load do nothing
+    instance = model.create_instance(InstanceSpec("m_0", ModelInstanceGroup(), 0, "CPU"))
+    return spec, InstancePool(spec, [instance])
 
 
 def request(model: str, corrid: int | str, start: bool = False, end: bool = False, number: int = 1) -> InferenceRequest:
@@ -339,6 +348,27 @@ def test_oldest_takes_one_request_per_sequence_per_batch_and_honours_delay_sched
 
     assert asyncio.run(scenario()) == [1, 3, 5]
     assert EXECUTIONS["held"] == [[(1, True, False), (2, True, True)], [(1, False, False)]]
+
+
+def test_direct_waits_out_its_queue_delay_when_the_slots_stay_empty(tmp_path) -> None:
+    """The instance's batcher sleeps until woken or the delay ends (asyncio.timeout expiring); when
+    no other sequence comes, the timeout must send the lone request, not stop the batcher."""
+    direct = "direct { max_queue_delay_microseconds: 100000 minimum_slot_utilization: 1.0 }"
+    spec, pool = spec_and_pool(tmp_path, model_config("lone", direct + ACCUMULATOR_CONTROLS, max_batch_size=2))
+
+    async def scenario() -> list[int]:
+        scheduler = SequenceBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
+        await scheduler.start()
+        requests = [request("lone", 7, start=True, number=4), request("lone", 7, end=True, number=5)]
+        answers = []
+        for made in requests:  # each one alone fills half the slots: it goes once the delay is over
+            scheduler.enqueue(made)
+            answers.append(int(value_of(await asyncio.wait_for(made.single_response(), 30))))
+        await scheduler.stop()
+        return answers
+
+    assert asyncio.run(scenario()) == [4, 9]
+    assert EXECUTIONS["lone"] == [[(7, True, False)], [(7, False, True)]]
 
 
 def value_of(response: InferenceResponse) -> Any:
