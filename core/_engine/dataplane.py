@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ from .. import __version__
 from .caching import ResponseCache
 from .config import config_to_json
 from .datatypes import name_of_config_type
-from .errors import ServerError, Status, internal, unsupported
+from .errors import ServerError, Status, internal, unexpected, unsupported
 from .inference import InferenceRequest, InferenceResponse
 from .load_overrides import parse_load_parameters
 from .log_settings import LogControl
@@ -22,6 +23,7 @@ from .shared_memory_tensors import SharedMemoryLease, detached
 from .trace_settings import SettingUpdate
 from .tracing import Tracer
 
+log = logging.getLogger(__name__)
 
 
 class DataPlane:
@@ -143,13 +145,16 @@ class DataPlane:
                 request.trace.queued(request)
             found.scheduler.enqueue(request)
             stats.enqueued += 1
-        except ServerError as error:
-            stats.record_end(request.arrival_ns, False, failure_reason(error.status, in_backend=False))
+        except Exception as error:
+            failure = error if isinstance(error, ServerError) else unexpected(error)
+            if failure is not error:  # a bug in a scheduler, the cache or the checks
+                log.error("model '%s' could not take a request", request.model_name, exc_info=error)
+            stats.record_end(request.arrival_ns, False, failure_reason(failure.status, in_backend=False))
             if lease is not None:
                 lease.release()
             if request.trace is not None:
                 request.trace.responded(None, True)
-            raise
+            raise failure from None
 
     async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
         return await serve_one(self, request, decoupled_error)
@@ -159,7 +164,7 @@ class DataPlane:
         for tensor in sorted(request.inputs.values(), key=lambda t: t.name):
             digest.update(f"\0{tensor.name}\0{tensor.datatype}\0{tensor.shape}\0".encode())
             data = tensor.data
-            digest.update(repr(data.tolist()).encode() if data.dtype.kind == "O" else np.ascontiguousarray(data))
+            digest.update(repr(data.tolist()).encode() if data.dtype.kind == "O" else np.ascontiguousarray(data).data)
         for output in request.outputs:
             digest.update(f"\0out\0{output.name}\0{sorted(output.parameters.items())}".encode())
         return digest.hexdigest()

@@ -35,7 +35,12 @@ _HTTP_STATUS = {
 
 
 class ServerError(Exception):
-    """An error that reaches the client as a Triton status and a message."""
+    """An error that reaches the client as a Triton status and a message.
+
+    The status defaults to INVALID_ARG (HTTP 400), as Triton answers a request or a config it cannot
+    accept: that is what most raises report. A fault of the server, a backend or its framework while
+    serving a valid request says INTERNAL (HTTP 500), or any other status that fits, explicitly.
+    """
 
     def __init__(self, message: str, status: Status = Status.INVALID_ARG) -> None:
         super().__init__(message)
@@ -60,3 +65,10 @@ def unsupported(message: str) -> ServerError:
 
 def internal(message: str) -> ServerError:
     return ServerError(message, Status.INTERNAL)
+
+
+def unexpected(error: Exception) -> ServerError:
+    """The INTERNAL error that answers for an exception no code meant to raise (a bug in a backend, a
+    scheduler or the server), naming its type. Whoever catches such an exception logs it, once, with
+    its traceback."""
+    return internal(f"{type(error).__name__}: {error}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import channel
 from .dataplane import DataPlane
-from .errors import ServerError, internal, unavailable
+from .errors import ServerError, internal, unavailable, unexpected
 from .frontends import FrontendOptions
 from .http.serving import listen_socket
 from .inference import InferenceRequest, InferenceResponse
@@ -146,8 +146,7 @@ class _Endpoint(asyncio.Protocol):
             reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(error)))
         except Exception as error:
             log.exception("front-end call %s failed", method)
-            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(
-                internal(f"{type(error).__name__}: {error}"))))
+            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(unexpected(error))))
         self._write(reply)
 
 
@@ -173,8 +172,8 @@ class _FrontendProcess:
                 sys.executable, "-m", "triton_serve._engine.frontend_process", str(frontend_end.fileno()),
                 json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
                 pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
-            self.endpoint = _Endpoint(self.pool.dataplane, started)
-            await loop.create_unix_connection(lambda: self.endpoint, sock=owner_end)  # type: ignore[arg-type,return-value]
+            endpoint = self.endpoint = _Endpoint(self.pool.dataplane, started)
+            await loop.create_unix_connection(lambda: endpoint, sock=owner_end)
         except BaseException:
             owner_end.close()
             raise

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from ..dataplane import DataPlane
-from ..errors import ServerError, internal, unavailable
+from ..errors import ServerError, internal, unavailable, unexpected
 from ..inference import InferenceRequest, InferenceResponse
 from ..protos.grpc_service_pb2 import ModelInferRequest, ModelStreamInferResponse
 from .codec import FINAL_RESPONSE, decode_request, encode_response, parse_version, wants_empty_final_response
@@ -104,12 +104,15 @@ class InferStream:
                     await previous
                     previous = None
                 self._send(outgoing, response.error if response is not None else None)
-        except ServerError as error:
+        except Exception as error:
+            failure = error if isinstance(error, ServerError) else unexpected(error)
+            if failure is not error:
+                log.error("ModelStreamInfer request to model '%s' failed", message.model_name, exc_info=error)
             if previous is not None:
                 await previous
-            outgoing = ModelStreamInferResponse(error_message=error.message)
+            outgoing = ModelStreamInferResponse(error_message=failure.message)
             outgoing.infer_response.id = message.id
-            self._send(outgoing, error)
+            self._send(outgoing, failure)
         except asyncio.CancelledError:
             if request is not None:
                 request.cancel()

@@ -11,18 +11,20 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..dataplane import DataPlane
-from ..errors import ServerError, Status, internal
+from ..errors import ServerError, Status
 from ..header_forwarding import HeaderForwarder
 from ..load_overrides import decode_file_parameters
 from ..trace_settings import update_from_json
 from ..tracing import TRACEPARENT, FrontendTrace
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
 from .disconnect import DisconnectWatch
+from .error_guard import ErrorGuard
 from .generate import GENERATE_PATH, GenerateEndpoint
 from .shared_memory import SharedMemoryRoutes
 
@@ -66,7 +68,7 @@ class HttpFrontend:
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: ``POST .../infer`` and the generate extension on lean raw-ASGI paths, every other
-        route through starlette."""
+        route through starlette; an exception none of them answers is a 500 (``ErrorGuard``)."""
         routes = self._routes()
         generate = GenerateEndpoint(self.dataplane, self._read_body, self.max_input_size)
 
@@ -84,7 +86,7 @@ class HttpFrontend:
                 await self._infer(scope, receive, send, match[1], match[2])
             else:
                 await _send_json(send, 405, {"error": "Method Not Allowed"})
-        return app
+        return ErrorGuard(app)
 
     def _routes(self) -> Starlette:
         model = "/v2/models/{model}"
@@ -112,7 +114,8 @@ class HttpFrontend:
                 Route(prefix + "/config", self.model_config, methods=["GET"]),
                 Route(prefix + "/stats", self.model_statistics, methods=["GET"]),
             ]
-        return Starlette(routes=routes, exception_handlers={
+        # The guard also sits inside starlette, whose outermost layer would answer first, in plain text.
+        return Starlette(routes=routes, middleware=[Middleware(ErrorGuard)], exception_handlers={
             ServerError: self._server_error, HTTPException: self._http_error})
 
     @staticmethod
@@ -220,9 +223,6 @@ class HttpFrontend:
                                                                int(version_text) if version_text else None, trace)
         except ServerError as error:
             return _json_reply(error.status.http_status, {"error": error.message})
-        except Exception as error:  # a bug answers like any other error, and the server carries on
-            log.exception("HTTP inference on model '%s' failed", name)
-            return _json_reply(500, {"error": internal(f"{type(error).__name__}: {error}").message})
         return 200, response_headers, payload
 
     async def _run_infer(self, headers: dict[str, str], receive: Receive, name: str, version: int | None,

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -12,8 +11,6 @@ from ..errors import ServerError, internal
 from ..inference import InferenceRequest, InferenceResponse
 from .disconnect import DisconnectWatch
 from .generate_json import generate_request, generate_response
-
-log = logging.getLogger(__name__)
 
 GENERATE_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
 SINGLE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -56,10 +53,6 @@ class GenerateEndpoint:
             self.dataplane.submit(request)
         except ServerError as error:
             await _send_whole(send, error.status.http_status, JSON, _error_json(error.message))
-            return
-        except Exception as error:  # a bug answers like any other error, and the server carries on
-            log.exception("generate on model '%s' failed", name)
-            await _send_whole(send, 500, JSON, _error_json(internal(f"{type(error).__name__}: {error}").message))
             return
         watch = DisconnectWatch(receive, request, lambda: queue.put_nowait(None))
         try:
