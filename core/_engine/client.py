@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse
+from .tracing import inherit
 
 if TYPE_CHECKING:
     from .protos.model_config_pb2 import ModelConfig
@@ -38,24 +39,28 @@ class InferenceClient:
             raise ServerError("this client cannot read model configs", Status.UNAVAILABLE)
         return self._configs(name, version)
 
-    def submit(self, request: InferenceRequest) -> None:
+    def submit(self, request: InferenceRequest, parent: InferenceRequest | None = None) -> None:
         """Start ``request``; read its 0..N responses with ``request.responses()``. Raises ServerError
-        when it cannot start (unknown model, invalid input, full queue)."""
+        when it cannot start (unknown model, invalid input, full queue). ``parent``: the request this one
+        is sent for (an ensemble request for its steps, a BLS caller's request); when that request is
+        traced, this one is traced as its child (requests sent here are never sampled on their own)."""
         if self._submit is None:
             raise ServerError("the server's inference path is not running yet", Status.UNAVAILABLE)
+        inherit(request, parent)
         self._submit(request)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, parent: InferenceRequest | None = None) -> InferenceResponse:
         """The one response of a request to a non-decoupled model; an error response raises it."""
-        self.submit(request)
+        self.submit(request, parent)
         response = await request.single_response()
         if response.error is not None:
             raise response.error
         return response
 
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def stream(self, request: InferenceRequest,
+                     parent: InferenceRequest | None = None) -> AsyncIterator[InferenceResponse]:
         """Every response of a request (a decoupled model sends 0..N); an error response raises it."""
-        self.submit(request)
+        self.submit(request, parent)
         async for response, _final in request.responses():
             if response is None:
                 continue

@@ -107,8 +107,8 @@ class InferenceRequest:
         self.response_gate: asyncio.Future[None] | None = None
         # Called once by ``cancel`` (a front-end process forwards the cancellation to the model owner).
         self.on_cancel: Callable[[], None] | None = None
-        # A front-end's FrontendTrace while tracing is armed; from DataPlane.submit on, the request's
-        # Trace when it was sampled, else None (triton_serve._engine.tracing).
+        # A front-end's FrontendTrace while tracing is armed, or what InferenceClient sets (tracing.inherit);
+        # from DataPlane.submit on, the request's Trace when it is traced, else None (triton_serve._engine.tracing).
         self.trace: Any = None
         self._finished = False
         self._filter: ResponseFilter | None = None

@@ -6,7 +6,8 @@ child of the caller's span when the request carried a W3C ``traceparent``) with 
 timestamps as events; under it a span named after the model, with attributes ``triton.model_name``,
 ``triton.model_version``, ``triton.trace_id``, ``triton.trace_parent_id`` and ``triton.request_id``
 and the events REQUEST_START, QUEUE_START, REQUEST_END; under that a "compute" span with the
-COMPUTE_* events. All are SERVER spans.
+COMPUTE_* events. Each child trace (an ensemble step, a BLS call) adds its own model and compute spans,
+the model span a child of its parent's model span. All are SERVER spans.
 """
 from __future__ import annotations
 
@@ -73,32 +74,44 @@ class OpenTelemetryExporter:
         return context if self._current_span(context).get_span_context().is_valid else None
 
     def export(self, trace: Trace) -> None:
-        """Build the trace's spans, timestamps moved from the steady clock to the wall clock."""
+        """Build the spans of ``trace`` and of its children, timestamps moved from the steady clock to the
+        wall clock. A child's model span is a child of its parent's model span."""
         offset = time.time_ns() - time.monotonic_ns()
-        stamps = trace.ordered_stamps()
-        root = self._span("InferRequest", trace.sampled_ns + offset, trace.parent)
-        for name, ns in stamps:
+        root = self._span("InferRequest", trace.sampled_ns + offset, trace.caller)
+        for name, ns in trace.ordered_stamps():
             if name not in MODEL_STAMPS and name not in COMPUTE_STAMPS:
                 root.add_event(name, timestamp=ns + offset)
-        found = dict(stamps)
-        if "REQUEST_START" in found:
-            request = trace.request
-            model = self._span(request.model_name, found["REQUEST_START"] + offset, self._inside(root))
-            model.set_attribute("triton.model_name", request.model_name)
-            model.set_attribute("triton.model_version",
-                                request.model_version if request.model_version is not None else -1)
-            model.set_attribute("triton.trace_id", trace.id)
-            model.set_attribute("triton.trace_parent_id", 0)
-            if request.id:
-                model.set_attribute("triton.request_id", request.id)
-            self._events(model, stamps, ("REQUEST_START", "QUEUE_START"), offset)
-            if "COMPUTE_START" in found:
-                compute = self._span("compute", found["COMPUTE_START"] + offset, self._inside(model))
-                self._events(compute, stamps, COMPUTE_STAMPS, offset)
-                compute.end(end_time=found.get("COMPUTE_END", found["COMPUTE_START"]) + offset)
-            self._events(model, stamps, ("REQUEST_END",), offset)
-            model.end(end_time=found.get("REQUEST_END", trace.finished_ns) + offset)
+        under = {0: self._inside(root)}  # trace id -> the context its children's spans start in
+        for each in (trace, *trace.children):
+            context = under[each.parent_id]
+            inside = self._model_spans(each, context, offset)
+            under[each.id] = context if inside is None else inside
         root.end(end_time=trace.finished_ns + offset)
+
+    def _model_spans(self, trace: Trace, context: Any, offset: int) -> Any:
+        """The model span of ``trace`` (and its compute span) under ``context``; the context inside the
+        model span, or None when the trace has no REQUEST_START."""
+        stamps = trace.ordered_stamps()
+        found = dict(stamps)
+        if "REQUEST_START" not in found:
+            return None
+        request = trace.request
+        model = self._span(request.model_name, found["REQUEST_START"] + offset, context)
+        model.set_attribute("triton.model_name", request.model_name)
+        version = request.model_version
+        model.set_attribute("triton.model_version", version if version is not None else -1)
+        model.set_attribute("triton.trace_id", trace.id)
+        model.set_attribute("triton.trace_parent_id", trace.parent_id)
+        if request.id:
+            model.set_attribute("triton.request_id", request.id)
+        self._events(model, stamps, ("REQUEST_START", "QUEUE_START"), offset)
+        if "COMPUTE_START" in found:
+            compute = self._span("compute", found["COMPUTE_START"] + offset, self._inside(model))
+            self._events(compute, stamps, COMPUTE_STAMPS, offset)
+            compute.end(end_time=found.get("COMPUTE_END", found["COMPUTE_START"]) + offset)
+        self._events(model, stamps, ("REQUEST_END",), offset)
+        model.end(end_time=found.get("REQUEST_END", trace.finished_ns) + offset)
+        return self._inside(model)
 
     def _span(self, name: str, start_ns: int, context: Any) -> Any:
         """A SERVER span whose parent is ``context``'s current span (none: a new trace)."""

@@ -6,10 +6,13 @@ the instance pool stamp with the core's timestamps (REQUEST_START, QUEUE_START, 
 REQUEST_END, already measured for statistics) and, at the TENSORS level, the tensors. A front-end
 notes its own timestamps (HTTP_RECV_*, HTTP_SEND_*, GRPC_*) in a ``FrontendTrace`` while tracing is
 armed, and hands them to the trace once its response is sent; a front-end process sends them over its
-channel. When every holder has let go, the trace goes to the trace file (triton mode) or to the
-OpenTelemetry exporter. With tracing off, a request costs an attribute check in its front-end and in
-``submit``, and an ``is None`` check in the instance pool and per response; nothing crosses the
-front-end channel.
+channel. A request that a scheduler or model sends through ``InferenceClient`` for a traced request (an
+ensemble step, a BLS call) gets a child trace (Triton's ``SpawnChildTrace``): its own id, the parent's id
+as ``parent_id``, the parent's setting, whatever the rate; such requests are never sampled on their own.
+A trace and its children are written or exported together once every one of them is done (the first
+trace holds the group). With tracing off, a request costs an attribute check in its front-end and in
+``submit`` (one a model or scheduler sends: a call to ``sample``), and an ``is None`` check in the
+instance pool and per response; nothing crosses the front-end channel.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ServerError
 from .trace_settings import (OPENTELEMETRY_MODE, TRITON_MODE, SettingUpdate, SettingValues, TraceConfig, TraceLevel,
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 TRACEPARENT = "traceparent"  # the W3C trace context header (HTTP) or metadata key (gRPC)
 Stamps = list[tuple[str, int]]  # (timestamp name, steady-clock ns), as time.monotonic_ns() gives them
+# ``request.trace`` of a request sent for an untraced request (``inherit``): it is not traced at all.
+UNTRACED_CHILD: Final = object()
 
 
 class FrontendTrace:
@@ -194,19 +199,23 @@ class TraceSetting:
 
 
 class Trace:
-    """The trace of one sampled request. Holders: the data plane until the final response, the instance
-    pool during each execution, and the front-end until its response is sent (``frontend_done``)."""
+    """The trace of one sampled request, or of a request sent for one (a child). Holders: the data plane
+    until the final response, the instance pool during each execution, the front-end until its response
+    is sent (``frontend_done``), and, on the group's first trace (``root``), each unfinished child."""
 
-    __slots__ = ("tracer", "setting", "id", "request", "parent", "stamps", "tensors", "holders",
-                 "awaits_frontend", "sampled_ns", "finished_ns", "timestamps", "with_tensors")
+    __slots__ = ("tracer", "setting", "id", "parent_id", "root", "children", "request", "caller", "stamps",
+                 "tensors", "holders", "awaits_frontend", "sampled_ns", "finished_ns", "timestamps", "with_tensors")
 
     def __init__(self, tracer: Tracer, setting: TraceSetting, trace_id: int, request: InferenceRequest,
-                 parent: Any, awaits_frontend: bool) -> None:
+                 caller: Any, awaits_frontend: bool, spawned_by: Trace | None = None) -> None:
         self.tracer = tracer
         self.setting = setting
         self.id = trace_id
+        self.parent_id = spawned_by.id if spawned_by is not None else 0  # Triton's: 0 for no parent
+        self.root: Trace = spawned_by.root if spawned_by is not None else self
+        self.children: list[Trace] = []  # on the root: every trace spawned in its group, in order
         self.request = request  # for the model name, version and request id
-        self.parent = parent  # the caller's OpenTelemetry context, or None
+        self.caller = caller  # the caller's OpenTelemetry context, or None
         self.timestamps = bool(setting.level & TraceLevel.TIMESTAMPS)  # what the level collects
         self.with_tensors = bool(setting.level & TraceLevel.TENSORS) and tracer.exporter is None
         self.stamps: Stamps = []
@@ -257,7 +266,21 @@ class Trace:
         self.holders -= 1
         if self.holders == 0:
             self.finished_ns = time.monotonic_ns()
-            self.tracer.finish(self)
+            if self.root is self:
+                self.tracer.finish(self)
+            else:
+                self.root.release()
+
+    def spawn_child(self, request: InferenceRequest) -> Trace | None:
+        """The child trace of ``request``, sent for this trace's request; None once this trace's group is
+        written (a request sent after its parent ended: a decoupled model's late BLS call)."""
+        root = self.root
+        if root.holders == 0:
+            return None
+        root.hold()
+        child = Trace(self.tracer, self.setting, self.tracer.next_id(), request, None, False, self)
+        root.children.append(child)
+        return child
 
     def _tensors(self, activity: str, tensors: Any) -> None:
         now = time.monotonic_ns()
@@ -283,7 +306,16 @@ class Trace:
         text = f'{{"id":{self.id},"model_name":{json.dumps(request.model_name)},"model_version":{version}'
         if request.id:
             text += f',"request_id":{json.dumps(request.id)}'
+        if self.parent_id:
+            text += f',"parent_id":{self.parent_id}'
         return text + "}"
+
+
+def inherit(request: InferenceRequest, parent: InferenceRequest | None) -> None:
+    """Before ``request``, which a scheduler or model sends for ``parent``, is submitted: trace it as a
+    child of ``parent`` if that is traced, else not at all (Triton samples only what front-ends receive)."""
+    trace = parent.trace if parent is not None else None
+    request.trace = trace if isinstance(trace, Trace) else UNTRACED_CHILD
 
 
 def tensor_record(trace_id: int, activity: str, tensor: Tensor) -> str:
@@ -385,33 +417,41 @@ class Tracer:
 
     # ---- requests ---------------------------------------------------------------------------
 
+    def next_id(self) -> int:
+        """A new trace id (1, 2, ...: 0 means no parent)."""
+        return next(self._ids)
+
     def sample(self, request: InferenceRequest) -> None:
         """Decide whether ``request`` is traced: afterwards ``request.trace`` is its Trace, or None.
-        Before, it may hold the front-end's FrontendTrace."""
+        Before, it may hold the front-end's FrontendTrace, or what ``inherit`` gave it."""
         frontend = request.trace
         request.trace = None
-        if not self.armed:
+        if isinstance(frontend, Trace):  # sent for a traced request: its child, whatever the setting says now
+            request.trace = frontend.spawn_child(request)
+            return
+        if frontend is UNTRACED_CHILD or not self.armed:
             return
         setting = self._models.get(request.model_name, self._global) if self._models else self._global
-        parent = None
+        caller = None
         if self.exporter is not None and frontend is not None and frontend.parent and setting.level:
-            parent = self.exporter.parent_context(frontend.parent)
-        if not setting.sample(parent is not None):
+            caller = self.exporter.parent_context(frontend.parent)
+        if not setting.sample(caller is not None):
             return
         if self.exporter is not None and setting.level & TraceLevel.TENSORS:
             log.error("Tensor level tracing is not supported by the mode: opentelemetry")
-        trace = Trace(self, setting, next(self._ids), request, parent, frontend is not None)
+        trace = Trace(self, setting, self.next_id(), request, caller, frontend is not None)
         if frontend is not None:
             frontend.report_to(trace.frontend_done)
         request.trace = trace
 
     def finish(self, trace: Trace) -> None:
-        """Every holder let go of ``trace``: write it, or export it."""
+        """Every holder let go of ``trace`` and of its children: write them, or export them."""
         if self.exporter is not None:
             self.exporter.export(trace)
             trace.setting.collect(None)
         else:
-            trace.setting.collect(trace.to_json())
+            group = (each.to_json() for each in (trace, *trace.children))
+            trace.setting.collect(",".join(records for records in group if records))
 
     async def close(self) -> None:
         """At shutdown: save every pending trace and flush the exporter."""

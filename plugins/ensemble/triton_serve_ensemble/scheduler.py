@@ -161,7 +161,7 @@ class _EnsembleRun:
             self.in_flight.add(step_request)
             try:
                 try:
-                    self.scheduler.context.client.submit(step_request)
+                    self.scheduler.context.client.submit(step_request, parent=self.request)
                 except ServerError as error:
                     self.fail(error)
                     return {}

@@ -87,8 +87,10 @@ class BlsCalls:
         name = packed["model_name"]
         request = build_request(packed)
         wait_s = request.timeout_us / 1e6 if request.timeout_us > 0 else DEFAULT_WAIT_S
+        # Made with ``trace=request.trace()``: traced as a child of that request when it is traced (Triton's rule).
+        traced_for = self._open_requests.find([packed["trace"]]) if packed.get("trace") else []
         try:
-            self._client.submit(request)
+            self._client.submit(request, parent=traced_for[0] if traced_for else None)
         except ServerError as error:
             if error.status in (Status.NOT_FOUND, Status.UNAVAILABLE):
                 raise _failure(name, f"Failed for execute the inference request. Model '{name}' is not ready.",

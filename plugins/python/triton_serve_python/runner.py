@@ -13,7 +13,7 @@ from .arena import read_tensor
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
 from .pb_utils.errors import TritonError
-from .pb_utils.messages import InferenceRequest, InferenceResponse
+from .pb_utils.messages import InferenceRequest, InferenceResponse, InferenceTrace
 from .pb_utils.response_sender import InferenceResponseSender
 from .pb_utils.server_link import ServerLink
 from .pb_utils.tensor import Tensor
@@ -86,7 +86,8 @@ class ModelRunner:
         built = InferenceRequest(
             model_name=self.model_name, model_version=self.model_version, inputs=inputs,
             requested_output_names=outputs or self.all_outputs, request_id=request_id,
-            correlation_id=correlation_id, flags=flags, timeout=timeout, parameters=parameters)
+            correlation_id=correlation_id, flags=flags, timeout=timeout, trace=InferenceTrace(key),
+            parameters=parameters)
         built._sender = InferenceResponseSender(self.link, key, self.decoupled)
         return built
 

@@ -50,6 +50,7 @@ def pack_request(request: InferenceRequest) -> dict[str, Any]:
         "outputs": request.requested_output_names(), "request_id": request.request_id(),
         "correlation_id": request.correlation_id(), "flags": request.flags(), "timeout": request.timeout(),
         "parameters": request._parameters, "parents": list(calling_requests.get()),
+        "trace": request.trace()._request_key,
     }
 
 

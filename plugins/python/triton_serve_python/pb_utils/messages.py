@@ -25,7 +25,12 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """A request's trace; tracing is not collected, so the context is always None."""
+    """A request's trace, as ``request.trace()`` gives it. A BLS request made with ``trace=request.trace()``
+    is traced as a child of ``request`` when the server traces that one (Triton's rule); without it, it is
+    not traced. ``get_context`` returns None: spans are built once the request is done."""
+
+    def __init__(self, request_key: int = 0) -> None:
+        self._request_key = request_key  # the server's key of the request it belongs to; 0: none
 
     def get_context(self, mode: str = "opentelemetry") -> str | None:
         return None
