@@ -98,6 +98,30 @@ def test_duplicate_names_between_installed_plugins_fail() -> None:
         PluginHost(extra=[("first", ToyBackendsPlugin()), ("second", ToyBackendsPlugin())])
 
 
+def test_installed_plugin_passed_again_in_code_fails_clearly(fake_distribution: str) -> None:
+    import fake_tserve_plugin  # the module the entry point registers
+
+    with pytest.raises(ServerError, match=r"extra plugin 'fake' \(<module 'fake_tserve_plugin'.* is already "
+                                          r"registered: plugin 'fake' comes from the 'fake' entry point of "
+                                          r"installed package fake-plugin 1.2.3\. .*needs no extra_plugins entry"):
+        PluginHost(extra=[("fake", fake_tserve_plugin)])
+    with pytest.raises(ServerError, match="extra plugin 'mine' .* is already registered: plugin 'fake' comes"):
+        PluginHost(extra=[("mine", fake_tserve_plugin)])
+    # what the error suggests: block the installed one, register yours under another name
+    host = PluginHost(blocked=["fake"], extra=[("fake_from_source", fake_tserve_plugin)])
+    assert host.backends.owner("fake_backend") == "fake_from_source"
+
+
+def test_extra_plugin_with_a_taken_name_fails_clearly(fake_distribution: str) -> None:
+    with pytest.raises(ServerError, match="extra plugin 'fake' .* has a name already taken: plugin 'fake' comes from "
+                                          "the 'fake' entry point of installed package fake-plugin 1.2.3"):
+        PluginHost(extra=[("fake", ToyBackendsPlugin())])
+    with pytest.raises(ServerError, match="plugin 'local_cache' comes from the built-in plugins"):
+        PluginHost(extra=[("local_cache", ToyBackendsPlugin())])
+    with pytest.raises(ServerError, match="plugin 'toys' comes from an earlier extra_plugins entry"):
+        PluginHost(extra=[("toys", ToyBackendsPlugin()), ("toys", ToyBackendsPlugin())])
+
+
 def test_installed_plugin_overrides_a_builtin_name() -> None:
     class MyCache:
         pass

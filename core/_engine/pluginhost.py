@@ -57,7 +57,7 @@ class PluginHost:
                 self.pm.register(importlib.import_module(module), name=name)
         self._load_entry_points()
         for name, plugin in extra:
-            self.pm.register(plugin, name=name)
+            self._register_extra(name, plugin)
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as error:
@@ -82,6 +82,29 @@ class PluginHost:
                 raise ServerError(f"{PLUGINS_ENV} names plugin '{name}', but no installed package provides it "
                                   f"(installed: {', '.join(sorted(available)) or 'none'})", Status.NOT_FOUND)
             self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+
+    def _register_extra(self, name: str, plugin: Any) -> None:
+        """Register a plugin object given in code; one whose name or object is registered already (an
+        installed package's entry point, most often) is an error saying by whom."""
+        holder = self.pm.get_name(plugin)
+        taken = holder if holder is not None else name
+        if holder is None and self.pm.get_plugin(name) is None:
+            self.pm.register(plugin, name=name)
+            return
+        what = "is already registered" if holder is not None else "has a name already taken"
+        raise ServerError(f"extra plugin '{name}' ({plugin!r}) {what}: plugin '{taken}' comes from "
+                          f"{self._origin(taken)}. An installed plugin is registered through its entry point "
+                          "and needs no extra_plugins entry; to register another object in its place, block "
+                          f"it (blocked_plugins / --plugin no:{taken}) and give yours another name",
+                          Status.ALREADY_EXISTS)
+
+    def _origin(self, name: str) -> str:
+        """Where a registered plugin comes from, in words."""
+        plugin = self.pm.get_plugin(name)
+        for registered, dist in self.pm.list_plugin_distinfo():
+            if registered is plugin:
+                return f"the '{name}' entry point of installed package {dist.metadata['name']} {dist.version}"
+        return "the built-in plugins" if name in self._builtin_names else "an earlier extra_plugins entry"
 
     def _register(self, hook_name: str, registry: Registry[Any]) -> None:
         # Call each implementation ourselves (in pluggy's order) so the registry knows who adds what.
