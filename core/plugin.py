@@ -4,7 +4,7 @@ needs, and the way to embed the server in another host. Import only from here (t
 """
 from __future__ import annotations
 
-from ._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from ._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from ._engine.batch import concat_inputs, datatype_of_config, request_batch_size, split_outputs
 from ._engine.caching import ResponseCache
 from ._engine.client import InferenceClient
@@ -13,9 +13,11 @@ from ._engine.custom_metrics import CustomMetric, CustomMetricFamily, custom_met
 from ._engine.datatypes import TensorType, datatype_of, deserialize_bytes, from_wire_bytes, serialize_bytes
 from ._engine.devices import visible_gpu_ids
 from ._engine.errors import ServerError, Status
+from ._engine.framework import FrameworkInstance
 from ._engine.hookspecs import hookimpl
 from ._engine.http.app import DEFAULT_MAX_INPUT_SIZE, http_asgi_app
 from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ._engine.options import AutoCompleteOptions, NoOptions, model_parameters, option, parse_bool, parse_options
 from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
                                               ModelInstanceGroup, ModelOptimizationPolicy, ModelOutput,
                                               ModelQueuePolicy, ModelSequenceBatching)
@@ -28,8 +30,8 @@ from ._engine.statistics import ComputeTiming
 __all__ = [
     # hooks and registries
     "hookimpl", "BackendRegistry", "SchedulerRegistry", "CacheRegistry",
-    # backends: backend -> model instance
-    "Backend", "ModelSpec", "InstanceSpec", "ModelInstance", "ComputeTiming",
+    # backends: backend -> model -> instance
+    "Backend", "ModelSpec", "Model", "InstanceSpec", "ModelInstance", "FrameworkInstance", "ComputeTiming",
     # requests, responses, tensors
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
@@ -38,6 +40,8 @@ __all__ = [
     # model configuration (Triton's model_config.proto messages)
     "ModelConfig", "DataType", "ModelInput", "ModelOutput", "ModelInstanceGroup", "ModelDynamicBatching",
     "ModelQueuePolicy", "ModelSequenceBatching", "ModelOptimizationPolicy", "config_to_json",
+    # backend options (--backend-config) and model parameters, declared as dataclasses
+    "option", "NoOptions", "AutoCompleteOptions", "parse_options", "parse_bool", "model_parameters",
     # errors
     "ServerError", "Status",
     # schedulers, caches, repository sources

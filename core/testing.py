@@ -9,7 +9,9 @@ Installed through the ``pytest11`` entry point. Fixtures:
 
 Helpers: ``RunningServer`` (a server in a background thread, from ``ServerOptions``), ``free_port``,
 ``pretend_gpus``, ``apply_defaults`` (Triton's config defaults), ``PluginHost`` with ``PLUGINS_ENV`` and
-``ENTRY_POINT_GROUP`` (which plugins load, and the entry-point group they register in).
+``ENTRY_POINT_GROUP`` (which plugins load, and the entry-point group they register in), and
+``EXAMPLE_REPOSITORY`` (the example model repository shipped in the package, which ``triton-serve``
+serves when given no ``--model-repository``).
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
+from ._engine import config_preparation as _config_preparation
 from ._engine import repository as _repository
-from ._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from ._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from ._engine.config import apply_defaults
 from ._engine.errors import ServerError, Status
 from ._engine.frontends import new_event_loop
@@ -36,7 +39,7 @@ from ._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from ._engine.pluginhost import ENTRY_POINT_GROUP, PLUGINS_ENV, PluginHost
 from ._engine.protos.model_config_pb2 import ModelConfig
 from ._engine.registry import BackendRegistry
-from ._engine.server import Server, ServerOptions
+from ._engine.server import EXAMPLE_REPOSITORY, Server, ServerOptions
 
 _PORTS_GIVEN: set[int] = set()
 
@@ -55,17 +58,29 @@ def free_port() -> int:
 
 # ---- toy backends ----------------------------------------------------------------------------
 
+class _ToyModel(Model):
+    backend: ToyBackend
+
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        if "fail_load" in self.spec.config.parameters:
+            raise ServerError(f"toy model '{self.spec.name}' was told to fail loading")
+        return _ToyInstance(self, instance)
+
+
 class _ToyInstance(ModelInstance):
-    def __init__(self, model: ModelSpec, run: Callable[[ModelSpec, InferenceRequest], InferenceResponse | None]):
-        self.model = model
-        self.run = run
+    model: _ToyModel
+
+    async def load(self) -> None:
+        if "crash_load" in self.model.spec.config.parameters:  # a bug, not a refusal
+            raise RuntimeError(f"toy model '{self.model.spec.name}' crashed while loading")
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
-        delay = float(self.model.config.parameters["delay_s"].string_value or 0) \
-            if "delay_s" in self.model.config.parameters else 0.0
+        spec = self.model.spec
+        delay = float(spec.config.parameters["delay_s"].string_value or 0) \
+            if "delay_s" in spec.config.parameters else 0.0
         if delay:
             await asyncio.sleep(delay)
-        results = [self.run(self.model, request) for request in requests]
+        results = [self.model.backend.run(spec, request) for request in requests]
         return None if any(r is None for r in results) else results  # type: ignore[return-value]
 
 
@@ -83,6 +98,10 @@ def _add_sub(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
 
 def _error(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
     raise ServerError(f"toy_error model '{model.name}' always fails", Status.INTERNAL)
+
+
+def _crash(model: ModelSpec, request: InferenceRequest) -> InferenceResponse:
+    raise RuntimeError(f"toy_crash model '{model.name}' always crashes")
 
 
 _EXECUTIONS: dict[Path, int] = {}
@@ -119,10 +138,8 @@ class ToyBackend(Backend):
         if model.config.max_batch_size == 0:
             model.config.max_batch_size = found.max_batch_size
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        if "fail_load" in model.config.parameters:
-            raise ServerError(f"toy model '{model.name}' was told to fail loading")
-        return _ToyInstance(model, type(self).run)
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _ToyModel(self, spec)
 
 
 def _toy(name: str, run: Callable[..., Any], platforms: tuple[str, ...] = ()) -> type[Backend]:
@@ -131,24 +148,29 @@ def _toy(name: str, run: Callable[..., Any], platforms: tuple[str, ...] = ()) ->
 
 
 TOY_BACKENDS = (_toy("toy_identity", _identity, ("toy_identity_platform",)), _toy("toy_add_sub", _add_sub),
-                _toy("toy_error", _error), _toy("toy_repeat", _repeat), _toy("toy_count", _count))
+                _toy("toy_error", _error), _toy("toy_crash", _crash), _toy("toy_repeat", _repeat),
+                _toy("toy_count", _count))
 
 
-class _ProbeCounters:
-    """What the instances of one model version have done: executions so far, and how many ran at once."""
+class _ProbeModel(Model):
+    """One version of a ``toy_probe`` model: what its instances have done, executions so far and how
+    many ran at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: Backend, spec: ModelSpec) -> None:
+        super().__init__(backend, spec)
         self.executions = 0
         self.running = 0
         self.peak = 0
 
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _ProbeInstance(self, instance)
+
 
 class _ProbeInstance(ModelInstance):
-    def __init__(self, counters: _ProbeCounters) -> None:
-        self.counters = counters
+    model: _ProbeModel
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
-        counters = self.counters
+        counters = self.model
         counters.executions += 1
         execution = counters.executions
         counters.running += 1
@@ -173,17 +195,13 @@ class _ProbeInstance(ModelInstance):
 class ProbeBackend(Backend):
     """Backend ``toy_probe``: each execution sleeps for its largest INPUT0 value (FP32 seconds, batch
     dimension first), then answers every row with OUTPUT0 = INPUT0, EXECUTION (the execution's
-    number, 1, 2... per model version), BATCH (the execution's total batch size) and PEAK (the most
-    executions of the model version seen running at once so far). For testing schedulers."""
+    number, 1, 2... per loaded model version), BATCH (the execution's total batch size) and PEAK (the
+    most executions of the model version seen running at once so far). For testing schedulers."""
 
     name = "toy_probe"
 
-    def __init__(self, options: Any = None) -> None:
-        super().__init__(options)
-        self.counters: dict[Path, _ProbeCounters] = {}
-
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return _ProbeInstance(self.counters.setdefault(model.version_dir, _ProbeCounters()))
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _ProbeModel(self, spec)
 
 
 PROBE_CONFIG = """
@@ -203,8 +221,9 @@ def probe_config(max_batch_size: int = 8, ragged: bool = False) -> str:
 
 
 class ToyBackendsPlugin:
-    """Registers the toy backends: toy_identity, toy_add_sub, toy_error, toy_repeat (decoupled), toy_count,
-    toy_probe."""
+    """Registers the toy backends: toy_identity, toy_add_sub, toy_error (raises ServerError), toy_crash
+    (raises RuntimeError), toy_repeat (decoupled), toy_count, toy_probe. A toy model with the config
+    parameter ``fail_load`` refuses to load (ServerError); with ``crash_load`` it raises RuntimeError."""
 
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:
@@ -286,11 +305,13 @@ class RunningServer:
 
 def pretend_gpus(monkeypatch: pytest.MonkeyPatch, ids: Sequence[int]) -> None:
     """Make model loading see these GPU ids, to test KIND_GPU handling on a machine without a GPU."""
-    monkeypatch.setattr(_repository, "visible_gpu_ids", lambda: list(ids))
+    for module in (_config_preparation, _repository):  # KIND_AUTO's choice, and the GPUs of KIND_GPU groups
+        monkeypatch.setattr(module, "visible_gpu_ids", lambda: list(ids))
 
 
-__all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "PluginHost", "RunningServer", "ServerOptions", "TOY_BACKENDS", "ToyBackend",
-           "ToyBackendsPlugin", "apply_defaults", "free_port", "pretend_gpus", "probe_config", "toy_plugin", "tserve"]
+__all__ = ["ENTRY_POINT_GROUP", "EXAMPLE_REPOSITORY", "PLUGINS_ENV", "PluginHost", "RunningServer", "ServerOptions",
+           "TOY_BACKENDS", "ToyBackend", "ToyBackendsPlugin", "apply_defaults", "free_port", "pretend_gpus",
+           "probe_config", "toy_plugin", "tserve"]
 
 
 @pytest.fixture

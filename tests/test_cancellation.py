@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 
-from triton_serve._engine.backend import Backend, ModelInstance, ModelSpec
+from triton_serve._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from triton_serve._engine.hookspecs import hookimpl
 from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from triton_serve._engine.registry import BackendRegistry
@@ -49,8 +49,9 @@ OBSERVED = _Observed()
 
 
 class _Held(ModelInstance):
-    def __init__(self, model: ModelSpec) -> None:
-        self.decoupled = model.config.model_transaction_policy.decoupled
+    def __init__(self, model: Model, spec: InstanceSpec) -> None:
+        super().__init__(model, spec)
+        self.decoupled = model.spec.config.model_transaction_policy.decoupled
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
         for request in requests:
@@ -75,8 +76,19 @@ def _echo(request: InferenceRequest) -> Tensor:
 class _HeldPlugin:
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:
-        registry.add(type("HeldBackend", (Backend,), {
-            "name": "held", "create_instance": lambda self, model, instance: _Held(model)}))
+        registry.add(_HeldBackend)
+
+
+class _HeldModel(Model):
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _Held(self, instance)
+
+
+class _HeldBackend(Backend):
+    name = "held"
+
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _HeldModel(self, spec)
 
 
 @pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")

@@ -13,7 +13,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve._engine.backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from triton_serve._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from triton_serve._engine.errors import ServerError, Status
 from triton_serve._engine.hookspecs import hookimpl
 from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
@@ -193,11 +193,16 @@ class _Gated(ModelInstance):
         return responses
 
 
+class _GatedModel(Model):
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _Gated(self, instance)
+
+
 class _GatedBackend(Backend):
     name = "gated"
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return _Gated()
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _GatedModel(self, spec)
 
 
 class _GatedPlugin:

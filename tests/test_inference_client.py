@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import tritonclient.http as httpclient
 
-from triton_serve.plugin import (Backend, BackendRegistry, InferenceRequest, InferenceResponse, InstanceSpec,
+from triton_serve.plugin import (Backend, BackendRegistry, InferenceRequest, InferenceResponse, InstanceSpec, Model,
                                  ModelInstance, ModelSpec, Tensor, hookimpl)
 
 IDENTITY = """
@@ -27,24 +27,26 @@ output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [2] }
 class _RelayInstance(ModelInstance):
     """Sends each request's INPUT0 doubled to model "identity" and answers with its output."""
 
-    def __init__(self, model: ModelSpec) -> None:
-        self.model = model
-
     async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         responses = []
         for request in requests:
             doubled = request.inputs["INPUT0"].data * 2
             inner = InferenceRequest("identity", inputs={"INPUT0": Tensor("INPUT0", "FP32", (2,), doubled)})
-            answer = await self.model.client.infer(inner)
+            answer = await self.model.spec.client.infer(inner)
             responses.append(InferenceResponse([answer.outputs[0]]))
         return responses
+
+
+class _RelayModel(Model):
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _RelayInstance(self, instance)
 
 
 class RelayBackend(Backend):
     name = "relay"
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return _RelayInstance(model)
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _RelayModel(self, spec)
 
 
 class RelayPlugin:

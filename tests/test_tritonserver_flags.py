@@ -11,8 +11,6 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.cli import IGNORED_FLAGS, build_parser, options_from_args, warn_ignored_flags
-from triton_serve._engine.registry import BackendRegistry
-from triton_serve.testing import TOY_BACKENDS
 
 from .test_grpc_stream import SLOW
 
@@ -75,15 +73,12 @@ def test_help_groups_flags_as_tritonserver_does() -> None:
     assert text.index("\n  --backend-directory") > text.index("\nBackend:\n")
 
 
-def test_global_backend_config_reaches_every_backend() -> None:
-    registry = BackendRegistry()
-    for backend in TOY_BACKENDS[:2]:
-        registry.add(backend)
+def test_global_and_per_backend_config_are_kept_apart() -> None:  # parsed per backend: test_backend_options
     args = build_parser().parse_args(["--backend-config=default-max-batch-size=4",
-                                      "--backend-config=toy_identity,default-max-batch-size=2"])
-    registry.options = options_from_args(args).backend_config
-    assert registry.instance("toy_identity").options == {"default-max-batch-size": "2"}  # a backend's own wins
-    assert registry.instance("toy_add_sub").options == {"default-max-batch-size": "4"}
+                                      "--backend-config=toy_identity,default-max-batch-size=2",
+                                      "--backend-config=toy_identity,label=a,b"])
+    assert options_from_args(args).backend_config == {"": {"default-max-batch-size": "4"},
+                                                      "toy_identity": {"default-max-batch-size": "2", "label": "a,b"}}
 
 
 def test_response_cache_byte_size_is_the_local_cache() -> None:

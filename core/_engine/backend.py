@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .client import InferenceClient
+from .options import NoOptions
 
 if TYPE_CHECKING:
     from .inference import InferenceRequest, InferenceResponse
@@ -20,7 +21,9 @@ class ModelSpec:
 
     ``config`` is the model's ModelConfig message (auto-complete may change it in place);
     ``model_dir`` is ``<repository>/<model>``; ``version_dir`` is ``<model_dir>/<version>``;
-    ``client`` sends requests to other models of this server (a Python model's BLS calls).
+    ``client`` sends requests to other models of this server (a Python model's BLS calls);
+    ``parameters`` is the config's ``parameters`` parsed into the backend's ``Parameters`` dataclass (the
+    core fills it before auto-complete and before the version loads).
     """
 
     name: str
@@ -30,6 +33,7 @@ class ModelSpec:
     version_dir: Path
     default_model_filename: str = ""
     client: InferenceClient = field(default_factory=InferenceClient)
+    parameters: Any = None
 
     @property
     def model_file(self) -> Path:
@@ -50,12 +54,17 @@ class InstanceSpec:
 
 
 class ModelInstance(ABC):
-    """One loaded copy of a model that executes batches of requests.
+    """One loaded copy of a model that executes batches of requests, made by ``Model.create_instance``.
 
-    Every method runs on the server's event loop. ``execute`` must not block the loop:
-    hand CPU-bound framework calls to a thread (``asyncio.to_thread``) or a process.
+    ``model`` is the Model it belongs to (``model.spec.config``...), ``spec`` this instance's entry of the
+    instance group. Every method runs on the server's event loop, so none may block it: a framework that
+    computes in-process subclasses ``FrameworkInstance``, which runs it on the instance's own thread.
     The scheduler never calls ``execute`` on one instance concurrently.
     """
+
+    def __init__(self, model: Model, spec: InstanceSpec) -> None:
+        self.model = model
+        self.spec = spec
 
     # True when requests still open after ``execute`` returned None are answered later through
     # ``request.send`` (a Python model's response senders); such an instance must then end each one
@@ -63,30 +72,66 @@ class ModelInstance(ABC):
     answers_later: bool = False
 
     async def load(self) -> None:
-        """Called once before the instance serves; raise to fail the model's load."""
+        """Event loop, once, after ``Model.load`` and before the instance serves (the instances of a
+        model load concurrently). Raise to fail the model's load, after releasing what this load took:
+        ``unload`` is called only on instances whose load returned."""
 
     @abstractmethod
     async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
-        """Run a batch. Return one response per request, in order, or ``None`` after answering
+        """Event loop: run a batch. Return one response per request, in order, or ``None`` after answering
         each request yourself through ``request.send`` (decoupled models stream 0..N responses).
         Raising fails every request of the batch with the error."""
 
     async def unload(self) -> None:
-        """Called once when the model version unloads; release every resource here."""
+        """Event loop, once, when the model version unloads (or a sibling's load failed), before
+        ``Model.unload``; release every resource here."""
 
     def is_ready(self) -> bool:
-        """Whether this instance can serve now. A model version is ready only if all its instances are."""
+        """Event loop: whether this instance can serve now. A loaded model version serves while any
+        of its instances is ready."""
         return True
 
     def not_ready_reason(self) -> str:
-        """Why ``is_ready()`` is False (shown in the repository index and in request errors)."""
+        """Event loop: why ``is_ready()`` is False (shown in the repository index and in request errors)."""
         return "instance is not ready"
 
 
-class Backend(ABC):
-    """A framework backend: registered under ``name`` and Triton ``platforms``; makes model instances.
+class Model(ABC):
+    """One loaded version of one model, made by ``Backend.create_model``: what its instances share.
 
-    The server creates one object per backend name, with the ``--backend-config=<name>,k=v`` options.
+    ``spec`` is the version's ModelSpec (its config is final here), ``backend`` the Backend that made it.
+    Parse what the instances need from the config once, in ``__init__`` or ``load``, and keep here what
+    they share (a session pool, engines per GPU, counters). The core calls ``load``, then
+    ``create_instance`` for each instance and loads them, and, once every loaded instance unloaded,
+    ``unload``. Every method runs on the server's event loop.
+    """
+
+    def __init__(self, backend: Backend, spec: ModelSpec) -> None:
+        self.backend = backend
+        self.spec = spec
+
+    async def load(self) -> None:
+        """Event loop, once, before any instance is created. Raise to fail the load, after releasing
+        what this load took: ``unload`` is called only when ``load`` returned."""
+
+    @abstractmethod
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        """Event loop: create (but do not load) one instance; raise ``ServerError`` to refuse it (e.g. a
+        kind this backend cannot run)."""
+
+    async def unload(self) -> None:
+        """Event loop, once, after every loaded instance unloaded, when the version unloads or its load
+        failed; release what the instances shared."""
+
+
+class Backend(ABC):
+    """A framework backend: registered under ``name`` and Triton ``platforms``; makes a Model for each
+    model version that loads, which makes its instances (backend -> model -> instance, as in Triton).
+
+    The server creates one object per backend name. ``Options`` declares what ``--backend-config`` sets
+    (``--backend-config=<name>,<key>=<value>`` and Triton's global ``<key>=<value>``) and ``Parameters``
+    what a model's config ``parameters`` set, each a frozen dataclass of ``option()`` fields; the core
+    parses both: ``self.options`` is an ``Options`` and ``ModelSpec.parameters`` a ``Parameters``.
     """
 
     name: ClassVar[str]
@@ -97,18 +142,26 @@ class Backend(ABC):
     # Instance kinds this backend runs: KIND_AUTO means GPU when "GPU" is listed and a GPU is
     # visible, else CPU (as in Triton).
     instance_kinds: ClassVar[tuple[str, ...]] = ("CPU",)
+    Options: ClassVar[type[Any]] = NoOptions
+    Parameters: ClassVar[type[Any]] = NoOptions
 
-    def __init__(self, options: Mapping[str, str] | None = None) -> None:
-        self.options: dict[str, str] = dict(options or {})
+    def __init__(self, options: Any = None) -> None:
+        if options is not None and not isinstance(options, self.Options):
+            raise TypeError(f"backend '{self.name}' takes its options as a {self.Options.__qualname__}, "
+                            f"not {type(options).__name__}")
+        self.options: Any = self.Options() if options is None else options
 
     def auto_complete_config(self, model: ModelSpec) -> None:
-        """Fill in what the config leaves out (inputs, outputs, max_batch_size) from the model file,
-        editing ``model.config`` in place. Not called with ``--disable-auto-complete-config``."""
+        """A worker thread (it may block on reading the model file), once per load, before the config is
+        defaulted and validated: fill in what the config leaves out (inputs, outputs, max_batch_size)
+        from the model file, editing ``model.config`` in place. Not called with
+        ``--disable-auto-complete-config``. Loads of different models call it concurrently."""
 
     @abstractmethod
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        """Create (but do not load) one instance of ``model``."""
+    def create_model(self, spec: ModelSpec) -> Model:
+        """Event loop: create (but do not load) the Model of one version whose config is final."""
 
     def unavailable_reason(self) -> str | None:
-        """Why this backend cannot serve on this machine (e.g. its framework is missing), or None."""
+        """Any thread (a load's worker thread, ``triton-serve plugins``): why this backend cannot serve on
+        this machine (e.g. its framework is missing), or None."""
         return None

@@ -14,6 +14,7 @@ from .frontends import run_on_fast_loop
 from .http.serving import HTTP_SERVERS
 from .log_settings import FORMATS, LogSettings, apply_log_settings
 from .metrics import MetricsConfig, parse_metrics_config
+from .options import describe_options
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .header_forwarding import forward_pattern_regex
 from .pluginhost import PluginHost
@@ -45,12 +46,19 @@ def _keyed_options(text: str) -> tuple[str, dict[str, str]]:
 
 
 def _backend_config(text: str) -> tuple[str, dict[str, str]]:
-    """``<backend>,<setting>=<value>``, or Triton's global ``<setting>=<value>`` (backend name "")."""
-    name, comma, _rest = text.partition(",")
-    if not comma and "=" in name:
-        key, _, value = name.partition("=")
-        return "", {key: value}
-    return _keyed_options(text)
+    """``<backend>,<setting>=<value>``, or Triton's global ``<setting>=<value>`` (backend name ""), read as
+    Triton reads them: one setting per flag, whose value is everything after its ``=``."""
+    name, comma, rest = text.partition(",")
+    if not comma:
+        name, rest = "", text
+    elif not name:
+        raise argparse.ArgumentTypeError("No backend specified. --backend-config option format is <backend name>,"
+                                         f"<setting>=<value> or <setting>=<value>. Got {text}")
+    setting, equals, value = rest.partition("=")
+    if not (equals and setting and value):
+        raise argparse.ArgumentTypeError(f"--backend-config option format is '<backend name>,<setting>=<value>'. "
+                                         f"Got {text}")
+    return name, {setting: value}
 
 
 def _frontend_count(text: str) -> int:
@@ -348,6 +356,10 @@ def list_plugins(argv: list[str]) -> int:
         reason = host.backends.instance(name).unavailable_reason()
         state = f"unavailable: {reason}" if reason else "available"
         print(f"backend {name}: {state} (from plugin '{host.backends.owner(name)}')")
+        backend = host.backends.get(name)
+        assert backend is not None
+        for line in describe_options(backend):
+            print(f"    {line}")
     return 0
 
 

@@ -41,7 +41,8 @@ def parse_config_json(text: str, name: str) -> ModelConfig:
         raise ServerError(f"failed to parse the config override for '{name}': {error}") from None
 
 
-def apply_defaults(config: ModelConfig, name: str, auto_kind: int = ModelInstanceGroup.KIND_CPU) -> None:
+def apply_defaults(config: ModelConfig, name: str,
+                   auto_kind: ModelInstanceGroup.Kind = ModelInstanceGroup.KIND_CPU) -> None:
     """Fill what Triton fills before validation: the name, version policy and instance groups.
     KIND_AUTO groups become KIND_GPU when they list ``gpus``, else ``auto_kind``."""
     if not config.name:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
 from .errors import ServerError
 from .protos.model_config_pb2 import (
@@ -20,9 +19,9 @@ from .protos.model_config_pb2 import (
     ModelConfig,
     ModelInput,
     ModelInstanceGroup,
+    ModelOutput,
     ModelQueuePolicy,
     ModelSequenceBatching,
-    ModelTensorReshape,
 )
 
 ENSEMBLE_PLATFORM = "ensemble"
@@ -38,15 +37,7 @@ _CORRID_TYPES = (DataType.TYPE_UINT64, DataType.TYPE_INT64, DataType.TYPE_UINT32
 _Control = ModelSequenceBatching.Control
 
 
-class _Tensor(Protocol):
-    name: str
-    data_type: int
-    dims: Sequence[int]
-    reshape: ModelTensorReshape
-    is_shape_tensor: bool
-    is_non_linear_format_io: bool
-
-    def HasField(self, field_name: str) -> bool: ...  # noqa: N802 (protobuf's name)
+_Tensor = ModelInput | ModelOutput
 
 
 def invalid(message: str) -> ServerError:
@@ -151,7 +142,7 @@ def _validate_sequence_batching(config: ModelConfig) -> None:
 def _controls(batcher: ModelSequenceBatching, name: str, kind: int) -> list[_Control]:
     """The controls of ``kind``, after Triton's checks common to every control kind."""
     seen_tensors: set[str] = set()
-    found = []
+    found: list[_Control] = []
     kind_name = _Control.Kind.Name(kind)
     for control_input in batcher.control_input:
         if not control_input.name:

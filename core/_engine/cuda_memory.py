@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ServerError
+from .errors import ServerError, Status
 from .shared_memory import CUDA, Region
 
 IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
@@ -79,7 +79,7 @@ class CudaRegion(Region):
     def read(self, offset: int, byte_size: int) -> memoryview:
         host = np.empty(byte_size, np.uint8)
         self._copy(host.ctypes.data, self._pointer + offset, byte_size, "cudaMemcpyDeviceToHost")
-        return memoryview(host)
+        return host.data
 
     def write(self, offset: int, data: memoryview) -> None:
         host = np.frombuffer(data, np.uint8)
@@ -91,7 +91,8 @@ class CudaRegion(Region):
             _ok(runtime.cudaSetDevice(self.device_id))
             _ok(runtime.cudaMemcpy(destination, source, byte_size, getattr(runtime.cudaMemcpyKind, direction)))
         except RuntimeError as error:
-            raise ServerError(f"copying to or from CUDA shared memory region '{self.name}' failed: {error}") from None
+            raise ServerError(f"copying to or from CUDA shared memory region '{self.name}' failed: {error}",
+                              Status.INTERNAL) from None
 
     def close(self) -> None:
         self._runtime.cudaSetDevice(self.device_id)

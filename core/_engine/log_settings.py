@@ -50,7 +50,8 @@ class LogSettings:
             if name not in changes:
                 continue
             value = changes[name]
-            if type(value) is not kind or (kind is int and not 0 <= value <= _MAX_VERBOSE_LEVEL):
+            out_of_range = isinstance(value, int) and kind is int and not 0 <= value <= _MAX_VERBOSE_LEVEL
+            if type(value) is not kind or out_of_range:
                 raise ServerError(f"expect {kind_name} for '{name}'")
             if name == "log_format" and value not in FORMATS:
                 raise ServerError(f"invalid argument for log_format, got: {value}")
@@ -87,7 +88,7 @@ class TritonLogFormatter(logging.Formatter):
         return f"{stamp} {record.process} {record.filename}:{record.lineno}] {message}"
 
 
-class TritonLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class TritonLogHandler(logging.StreamHandler[TextIO]):
     """This process's log output: the records the settings let through, as Triton's lines, to the log file
     (appended to) or standard error.
 

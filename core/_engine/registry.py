@@ -1,24 +1,26 @@
 """Registries that registration hooks fill: backends, schedulers and response caches by name."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from .backend import Backend, ModelSpec
+from .backend import Backend
 from .caching import ResponseCache
 from .errors import ServerError, Status
-from .scheduling import InstancePool, Scheduler
+from .options import backend_options, declared_options
+from .scheduling import ModelContext, Scheduler
 
 T = TypeVar("T")
 
-SchedulerFactory = Callable[[ModelSpec, InstancePool], Scheduler]
+SchedulerFactory = Callable[[ModelContext], Scheduler]
 CacheFactory = Callable[[Mapping[str, str]], ResponseCache]
 
 # Which distribution to install for a backend, platform or scheduler that no plugin provides.
 KNOWN_PACKAGES: dict[str, str] = {
     "python": "triton-serve-python",
-    "onnxruntime": "triton-serve-onnx",
-    "onnxruntime_onnx": "triton-serve-onnx",
+    "onnxruntime": "triton-serve-onnx[cpu]",  # or [gpu]: the extra picks the ONNX Runtime build
+    "onnxruntime_onnx": "triton-serve-onnx[cpu]",
     "pytorch": "triton-serve-torch",
     "pytorch_libtorch": "triton-serve-torch",
     "openvino": "triton-serve-openvino",
@@ -77,10 +79,14 @@ class BackendRegistry(Registry[type[Backend]]):
         super().__init__("backend")
         self.platforms: dict[str, str] = {}
         self._instances: dict[str, Backend] = {}
+        self._creating = threading.Lock()
         self.options: dict[str, dict[str, str]] = {}
 
     def add(self, backend: type[Backend]) -> None:  # type: ignore[override]
-        """Register a Backend subclass under its ``name`` and ``platforms``."""
+        """Register a Backend subclass under its ``name`` and ``platforms``; a TypeError names an
+        ``Options`` or ``Parameters`` field that is not a supported ``option()``."""
+        for declaration in (backend.Options, backend.Parameters):
+            declared_options(declaration)  # fails at start-up, not at the first load
         before = self.get(backend.name)
         super().add(backend.name, backend)
         if self.get(backend.name) is backend and before is None:
@@ -100,13 +106,16 @@ class BackendRegistry(Registry[type[Backend]]):
                           Status.UNAVAILABLE)
 
     def instance(self, name: str) -> Backend:
-        """The server's one object for backend ``name``, created on first use."""
-        if name not in self._instances:
-            backend_cls = self.get(name)
-            assert backend_cls is not None
-            # Triton's global --backend-config=<setting>=<value> (name "") applies to every backend.
-            self._instances[name] = backend_cls({**self.options.get("", {}), **self.options.get(name, {})})
-        return self._instances[name]
+        """The server's one object for backend ``name``, created on first use with its parsed options (a
+        ServerError names a bad one). Loads call this from worker threads at once: one creates it."""
+        with self._creating:
+            if name not in self._instances:
+                backend_cls = self.get(name)
+                assert backend_cls is not None
+                # Triton's global --backend-config=<setting>=<value> (name "") applies to every backend.
+                settings = {**self.options.get("", {}), **self.options.get(name, {})}
+                self._instances[name] = backend_cls(backend_options(backend_cls, settings))
+            return self._instances[name]
 
 
 class SchedulerRegistry(Registry[SchedulerFactory]):
@@ -115,7 +124,7 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
     def __init__(self) -> None:
         super().__init__("scheduler")
 
-    def add(self, kind: str, factory: SchedulerFactory) -> None:  # type: ignore[override]
+    def add(self, kind: str, factory: SchedulerFactory) -> None:
         """Register the factory of schedulers for a scheduling kind (``dynamic``, ``sequence``, ...)."""
         if kind not in SCHEDULING_KINDS:
             raise ValueError(f"unknown scheduling kind '{kind}'; expected one of {', '.join(SCHEDULING_KINDS)}")

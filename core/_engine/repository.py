@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backend import Backend, InstanceSpec, ModelInstance, ModelSpec
+from .backend import Model as BackendModel
 from .client import InferenceClient
-from .config import apply_defaults, read_config
-from .config_validation import validate_config
+from .config_preparation import POLL_FAILED, ConfigPreparer, copy_config
 from .devices import visible_gpu_ids
-from .errors import ServerError, Status, not_found, unavailable
+from .errors import ServerError, not_found, unavailable
 from .load_overrides import LoadOverride, remove_model_dir
+from .options import model_parameters
 from .pluginhost import PluginHost
 from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from .ratelimit import RateLimiter
-from .registry import install_hint
 from .route import ModelRoute
 from .scheduling import InstancePool, ModelContext, Scheduler
 from .sources import RepositorySource
@@ -28,10 +28,6 @@ from .statistics import LatencySettings, ModelStats
 from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger(__name__)
-
-# Triton's answer to a load whose model or config it could not read.
-POLL_FAILED = "failed to load '{name}', failed to poll from model repository"
-ENSEMBLE_PLATFORM = "ensemble"
 
 
 class VersionState(str, enum.Enum):
@@ -43,11 +39,12 @@ class VersionState(str, enum.Enum):
 
 @dataclass
 class ModelVersion:
-    """One version of a model: its state, and once READY its instances and scheduler."""
+    """One version of a model: its state, and once READY its backend's Model, instances and scheduler."""
 
     spec: ModelSpec
     state: VersionState = VersionState.LOADING
     reason: str = ""
+    model: BackendModel | None = None  # None for an ensemble, and before it loads or after it unloads
     instances: list[ModelInstance] = field(default_factory=list)
     scheduler: Scheduler | None = None
     labels: dict[str, list[str]] = field(default_factory=dict)
@@ -125,22 +122,6 @@ class RepositoryOptions:
     latency: LatencySettings | None = None  # per-request latency distributions (--metrics-config); None: none
 
 
-def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
-    """The versions ``config.version_policy`` asks for, out of ``available`` (sorted ascending)."""
-    policy = config.version_policy
-    choice = policy.WhichOneof("policy_choice")
-    if choice == "all":
-        return list(available)
-    if choice == "specific":
-        missing = sorted(set(policy.specific.versions) - set(available))
-        if missing:
-            raise ServerError(f"version_policy of model '{config.name}' asks for version(s) "
-                              f"{', '.join(map(str, missing))}, which have no version folder")
-        return sorted(set(policy.specific.versions))
-    count = policy.latest.num_versions or 1
-    return available[-count:]
-
-
 class ModelRepository:
     """The one place that owns model lifecycle: index, load, unload, look-up for requests."""
 
@@ -152,6 +133,9 @@ class ModelRepository:
         self.models: dict[str, Model] = {}
         # Requests from models and schedulers to other models (the data plane binds it).
         self.client = InferenceClient(configs=lambda name, version: self.get_version(name, version).config)
+        auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
+        self.preparer = ConfigPreparer(plugins, self.client, auto_complete=auto_complete,
+                                       config_name=self.options.model_config_name)
         self._locks: dict[str, asyncio.Lock] = {}
         self._dependencies: dict[str, frozenset[str]] = {}
         self._awaiting: dict[str, frozenset[str]] = {}  # ensembles loading -> the models they wait for
@@ -306,7 +290,8 @@ class ModelRepository:
             try:
                 model_dir, config, available = await self._read(model, sources, override)
                 # auto-complete may block: keep it off the event loop
-                config, backend, versions = await asyncio.to_thread(self._prepare, name, model_dir, config, available)
+                config, backend, versions = await asyncio.to_thread(self.preparer.prepare, name, model_dir, config,
+                                                                    available)
                 if config.HasField("ensemble_scheduling"):
                     await self._load_composing(name, config)
             except ServerError as error:
@@ -337,11 +322,11 @@ class ModelRepository:
                 model.private_dir = await asyncio.to_thread(override.write_model_dir)
             except OSError as error:
                 raise ServerError(f"failed to load '{model.name}': cannot write the override files: {error}") from None
-            return model.private_dir, _copy(override.config), override.versions()
+            return model.private_dir, copy_config(override.config), override.versions()
         if len(sources) > 1:
             raise ServerError(f"failed to load '{model.name}': it appears in more than one model repository ("
                               + ", ".join(s.location for s in sources) + ")")
-        return await self._fetch(sources[0], model.name, override.config if override is not None else None)
+        return await self.preparer.fetch(sources[0], model.name, override.config if override is not None else None)
 
     async def _reject(self, previous: Model | None, model: Model) -> None:
         """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why;
@@ -368,22 +353,6 @@ class ModelRepository:
         if model.private_dir is not None:
             await asyncio.to_thread(remove_model_dir, model.private_dir)
             model.private_dir = None
-
-    async def _fetch(self, source: RepositorySource, name: str,
-                     config_override: ModelConfig | None = None) -> tuple[Path, ModelConfig, list[int]]:
-        """The model's local directory holding the versions its policy selects, its config as written
-        (or ``config_override``), and every version the source has."""
-        try:
-            model_dir = await source.model_dir(name, versions=())
-            if config_override is not None:
-                config = _copy(config_override)
-            else:
-                config = await asyncio.to_thread(read_config, model_dir, name, self.options.model_config_name)
-            available = await source.versions(name)
-            model_dir = await source.model_dir(name, versions=select_versions(config, available))
-        except OSError as error:
-            raise ServerError(f"failed to load '{name}': {error}") from None
-        return model_dir, config, available
 
     async def _load_composing(self, name: str, config: ModelConfig) -> None:
         """Load the models an ensemble's steps use that are not loaded yet (as Triton does), and
@@ -430,107 +399,14 @@ class ModelRepository:
                     pending.append(awaited)
         return found
 
-    def _prepare(self, name: str, model_dir: Path, config: ModelConfig,
-                 available: list[int]) -> tuple[ModelConfig, Backend | None, list[int]]:
-        """Auto-complete, default and validate the config; choose the backend (None for an
-        ensemble, which has no instances) and versions."""
-        if config.platform == ENSEMBLE_PLATFORM and not config.backend:
-            return self._prepare_ensemble(name, model_dir, config, available)
-        auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
-        backends = self.plugins.backends
-        if not config.backend and not config.platform and auto_complete:
-            config.backend = self._guess_backend(model_dir, _probe_version(config, available))
-        if not config.backend and not config.platform:
-            raise ServerError(f"{POLL_FAILED.format(name=name)}: must specify 'platform' or 'backend' for '{name}' "
-                              "(no installed backend recognizes a model file in the newest version)")
-        backend_name = self._wrap(name, lambda: backends.backend_name_for(config.backend, config.platform))
-        if not config.backend and config.platform != "ensemble":
-            config.backend = backend_name
-        backend = backends.instance(backend_name)
-        reason = backend.unavailable_reason()
-        if reason:
-            raise ServerError(f"failed to load '{name}': backend '{backend_name}' is unavailable: {reason}",
-                              Status.UNAVAILABLE)
-        if not available:
-            raise ServerError(f"failed to load '{name}': the model directory has no numeric version folder")
-        if auto_complete:
-            probe_version = _probe_version(config, available)
-            assert probe_version is not None  # available is not empty here
-            spec = ModelSpec(name, probe_version, config, model_dir, model_dir / str(probe_version),
-                             backend.default_model_filename, self.client)
-            batching_before = config.max_batch_size
-            self._wrap(name, lambda: backend.auto_complete_config(spec))
-            self._enable_dynamic_batching(config, batching_before)
-        gpu_first = "GPU" in backend.instance_kinds and (visible_gpu_ids() or "CPU" not in backend.instance_kinds)
-        return config, backend, self._check(name, model_dir, config, available,
-                                            ModelInstanceGroup.KIND_GPU if gpu_first else ModelInstanceGroup.KIND_CPU)
-
-    def _prepare_ensemble(self, name: str, model_dir: Path, config: ModelConfig,
-                          available: list[int]) -> tuple[ModelConfig, None, list[int]]:
-        """An ensemble: no backend, no auto-complete, no instances; its scheduler checks its steps."""
-        if not available:
-            raise ServerError(f"failed to load '{name}': the model directory has no numeric version folder")
-        return config, None, self._check(name, model_dir, config, available, ModelInstanceGroup.KIND_CPU)
-
-    def _check(self, name: str, model_dir: Path, config: ModelConfig, available: list[int],
-               kind_auto: int) -> list[int]:
-        """Default and validate the config (the core's checks, then its scheduler's); the versions to load."""
-        kind = config.WhichOneof("scheduling_choice") or "default"
-        factory = self.plugins.schedulers.get(kind)
-        try:
-            apply_defaults(config, name, kind_auto)
-            validate_config(config, model_dir)
-            if factory is not None and isinstance(factory, type) and issubclass(factory, Scheduler):
-                factory.check_config(config)
-        except ServerError as error:  # Triton's message, after the words its load response gives
-            raise ServerError(f"{POLL_FAILED.format(name=name)}: {error.message}", error.status) from None
-        if factory is None:
-            raise ServerError(f"failed to load '{name}': no installed plugin provides the '{kind}' scheduler; "
-                              f"{install_hint(kind)}", Status.UNAVAILABLE)
-        versions = select_versions(config, available)
-        if not versions:
-            raise ServerError(f"failed to load '{name}': no version folder matches its version_policy")
-        return versions
-
-    def _enable_dynamic_batching(self, config: ModelConfig, max_batch_size_before: int) -> None:
-        """As Triton: when auto-complete turned batching on (max_batch_size > 1) for a config with no
-        scheduling choice, use the dynamic batcher, if a plugin provides it."""
-        if (max_batch_size_before == 0 and config.max_batch_size > 1 and not config.WhichOneof("scheduling_choice")
-                and self.plugins.schedulers.get("dynamic_batching") is not None):
-            config.dynamic_batching.SetInParent()
-
-    def _guess_backend(self, model_dir: Path, version: int | None) -> str:
-        """A backend whose default model file is in the version folder auto-complete reads, or ""."""
-        folder = model_dir / str(version)
-        if version is None or not folder.is_dir():
-            return ""
-        files = {p.name for p in folder.iterdir()}
-        for backend_name in self.plugins.backends.names():
-            backend = self.plugins.backends.get(backend_name)
-            assert backend is not None
-            if files.intersection((backend.default_model_filename, *backend.other_model_filenames)) - {""}:
-                return backend_name
-        return ""
-
-    @staticmethod
-    def _wrap(name: str, call):  # type: ignore[no-untyped-def]
-        try:
-            return call()
-        except ServerError as error:
-            raise ServerError(f"failed to load '{name}': {error.message}", error.status) from None
-        except Exception as error:
-            raise ServerError(f"failed to load '{name}': {type(error).__name__}: {error}") from None
-
     async def _load_version(self, backend: Backend | None, version: ModelVersion) -> None:
         spec = version.spec
         started = time.monotonic()
         try:
             version.labels = _read_labels(spec)
             specs = instance_specs(spec.name, spec.config)
-            for instance_spec in specs:  # none for an ensemble (its backend is None)
-                assert backend is not None
-                version.instances.append(backend.create_instance(spec, instance_spec))
-            await asyncio.gather(*(instance.load() for instance in version.instances))
+            if backend is not None:  # an ensemble has no backend, Model or instances
+                await _load_model(backend, version, specs)
             samples = warmup_samples(spec)
             if samples:
                 await asyncio.gather(*(warm_up(spec, instance, samples) for instance in version.instances))
@@ -543,8 +419,9 @@ class ModelRepository:
         except Exception as error:
             message = error.message if isinstance(error, ServerError) else f"{type(error).__name__}: {error}"
             version.state, version.reason = VersionState.UNAVAILABLE, message
-            log.error("failed to load '%s' version %d: %s", spec.name, spec.version, message)
-            await _unload_instances(version.instances)
+            log.error("failed to load '%s' version %d: %s", spec.name, spec.version, message,
+                      exc_info=None if isinstance(error, ServerError) else error)  # a bug: where it is
+            await _unload_model(version)
             version.instances.clear()
             return
         version.stats.load_seconds = time.monotonic() - started
@@ -584,7 +461,7 @@ class ModelRepository:
                     return
                 await self._locate(name, sources)  # an unknown model is an error; a known, unloaded one is a no-op
                 self.models[name] = model = Model(name)
-            elif repository and model.source not in sources:
+            elif repository and sources is not None and model.source not in sources:
                 raise not_found(f"model '{name}' was not loaded from model repository '{repository}'")
             model.wanted = False
             model.reload_error = ""
@@ -612,7 +489,7 @@ class ModelRepository:
             except asyncio.TimeoutError:
                 log.warning("'%s' version %d: in-flight requests still running after %.0f s; unloading anyway",
                             version.spec.name, version.version, self.options.drain_timeout_s)
-        await _unload_instances(version.instances)
+        await _unload_model(version)
         version.state, version.reason = VersionState.UNAVAILABLE, "unloaded"
         log.info("unloaded '%s' version %d", version.spec.name, version.version)
 
@@ -629,18 +506,6 @@ def _unchanged(model: Model, fingerprint: str) -> bool:
 def _kept(model: Model) -> str:
     """The index's reason for a version that kept serving through a failed reload ("" if none failed)."""
     return f"the last reload failed, so this version keeps serving: {model.reload_error}" if model.reload_error else ""
-
-
-def _copy(config: ModelConfig) -> ModelConfig:
-    copied = ModelConfig()
-    copied.CopyFrom(config)
-    return copied
-
-
-def _probe_version(config: ModelConfig, available: list[int]) -> int | None:
-    """The version whose files auto-complete reads: the newest one the policy selects."""
-    wanted = config.version_policy.specific.versions or available
-    return wanted[-1] if wanted else None
 
 
 def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
@@ -680,8 +545,31 @@ def _read_labels(spec: ModelSpec) -> dict[str, list[str]]:
     return labels
 
 
-async def _unload_instances(instances: list[ModelInstance]) -> None:
-    results = await asyncio.gather(*(i.unload() for i in instances), return_exceptions=True)
+async def _load_model(backend: Backend, version: ModelVersion, specs: list[InstanceSpec]) -> None:
+    """Create and load the version's Model, then create its instances and load them concurrently.
+    ``version.model`` and ``version.instances`` hold what loaded; on a failure (after every instance
+    load finished) the first error is raised, for the caller to unload what loaded."""
+    version.spec.parameters = model_parameters(backend, version.spec)
+    model = backend.create_model(version.spec)
+    await model.load()
+    version.model = model
+    created = [model.create_instance(spec) for spec in specs]
+    results = await asyncio.gather(*(instance.load() for instance in created), return_exceptions=True)
+    version.instances = [instance for instance, result in zip(created, results) if result is None]
     for result in results:
         if isinstance(result, BaseException):
-            log.error("error while unloading a model instance: %s", result)
+            raise result
+
+
+async def _unload_model(version: ModelVersion) -> None:
+    """Unload the version's loaded instances, then its Model; errors are logged (an unload goes on)."""
+    results = await asyncio.gather(*(i.unload() for i in version.instances), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            log.error("error while unloading an instance of model '%s': %s", version.spec.name, result)
+    model, version.model = version.model, None
+    if model is not None:
+        try:
+            await model.unload()
+        except Exception as error:
+            log.error("error while unloading model '%s' version %d: %s", version.spec.name, version.version, error)

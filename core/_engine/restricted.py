@@ -151,11 +151,11 @@ class GrpcRestrictionInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
-        rule = self._rules.get(handler_call_details.method)  # type: ignore[attr-defined]
+        rule = self._rules.get(handler_call_details.method)
         if rule is None or handler is None:
             return handler
         header, expected = rule
-        for key, value in handler_call_details.invocation_metadata or ():  # type: ignore[attr-defined]
+        for key, value in handler_call_details.invocation_metadata or ():
             if key == header:  # the first entry of that name decides, as in Triton
                 if value == expected:
                     return handler

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .backend import InstanceSpec, ModelInstance, ModelSpec
 from .batch import request_batch_size
 from .client import InferenceClient
-from .errors import ServerError, Status, internal
+from .errors import ServerError, Status, internal, unexpected
 from .inference import InferenceRequest
 from .ratelimit import RateLimiter, ResourceClaim
 from .statistics import ModelStats, start_timing, stop_timing
@@ -128,13 +128,14 @@ class InstancePool:
         for trace in traces:  # held until the compute timestamps are in, whenever the responses go
             trace.hold()
         timing, token = start_timing()
+        failure: ServerError | None
         try:
             responses = await instance.execute(requests)
         except ServerError as error:
             responses, failure = None, error
         except Exception as error:  # a backend bug must fail its requests, not the server
             log.exception("model '%s' failed to execute", requests[0].model_name)
-            responses, failure = None, internal(f"{type(error).__name__}: {error}")
+            responses, failure = None, unexpected(error)
         else:
             failure = None
             if responses is not None and len(responses) != len(requests):

@@ -101,7 +101,7 @@ class SharedMemoryLease:
         if tensor.datatype == "BYTES":
             data = memoryview(serialize_bytes(tensor.data))
         else:
-            data = memoryview(np.ascontiguousarray(tensor.data, BY_NAME[tensor.datatype].numpy)).cast("B")
+            data = np.ascontiguousarray(tensor.data, BY_NAME[tensor.datatype].numpy).data.cast("B")
         if len(data) > byte_size:
             raise internal(f"shared memory size specified with the request for output '{tensor.name}' "
                            f"({byte_size} bytes) should be at least {len(data)} bytes to hold the results")

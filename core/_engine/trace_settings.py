@@ -351,7 +351,8 @@ def merged(fallback: SettingValues, current: SettingValues | None, specified: fr
     always the fallback's (no client can set it)."""
     own = {field for field in PROTOCOL_FIELDS.values()
            if (field in update and update[field] is not None) or (field in specified and field not in update)}
-    values = {field: update[field] if field in update else getattr(current, field) for field in own}
+    values: dict[str, int] = {field: getattr(current, field) for field in own if field not in update}
+    values |= {field: value for field, value in update.items() if field in own and value is not None}
     return SettingValues(
         level=values.get("level", fallback.level), rate=values.get("rate", fallback.rate),
         count=values.get("count", fallback.count), log_frequency=values.get("log_frequency", fallback.log_frequency),

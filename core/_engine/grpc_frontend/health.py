@@ -35,6 +35,6 @@ class HealthCheckServicer(HealthServicer):
                 last = status
             await asyncio.sleep(WATCH_INTERVAL_S)
 
-    async def _status(self) -> int:
+    async def _status(self) -> HealthCheckResponse.ServingStatus:
         ready = await self.dataplane.server_ready()
         return HealthCheckResponse.SERVING if ready else HealthCheckResponse.NOT_SERVING

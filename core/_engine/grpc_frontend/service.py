@@ -11,7 +11,7 @@ import grpc
 from google.protobuf import json_format
 
 from ..dataplane import DataPlane
-from ..errors import ServerError
+from ..errors import ServerError, unexpected
 from ..header_forwarding import HeaderForwarder
 from ..protos import grpc_service_pb2 as pb
 from ..protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
@@ -39,7 +39,8 @@ def _rpc(handler: _Handler[_Response]) -> _Handler[_Response]:
             code, message = GRPC_CODE[error.status], error.message
         except Exception as error:
             log.exception("gRPC %s failed", handler.__name__)
-            code, message = grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}"
+            failure = unexpected(error)
+            code, message = GRPC_CODE[failure.status], failure.message
         await context.abort(code, message)  # raises: ends the call with this status
     return call
 
@@ -47,10 +48,12 @@ def _rpc(handler: _Handler[_Response]) -> _Handler[_Response]:
 def _start_trace(context: grpc.aio.ServicerContext) -> FrontendTrace:
     """The front-end's trace of a unary call: GRPC_WAITREAD_START and _END now (grpc.aio hands the handler
     a message already read), GRPC_SEND_END once the call ends."""
-    parent = next((value for key, value in context.invocation_metadata() or () if key == TRACEPARENT), None)
+    parent = next((value for key, value in context.invocation_metadata() or ()
+                   if key == TRACEPARENT and isinstance(value, str)), None)
     trace = FrontendTrace(parent, "GRPC_WAITREAD_START")
     trace.stamp("GRPC_WAITREAD_END")
-    context.add_done_callback(lambda _call: trace.finish("GRPC_SEND_END"))
+    # types-grpcio declares the callback type a class rather than a Protocol, so no function matches it.
+    context.add_done_callback(lambda _call: trace.finish("GRPC_SEND_END"))  # type: ignore[arg-type]
     return trace
 
 

@@ -118,6 +118,6 @@ async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Even
     config.graceful_timeout = graceful_timeout
     config.keep_alive_timeout = KEEP_ALIVE_S
     try:
-        await serve(app, config, shutdown_trigger=stopping.wait)  # type: ignore[arg-type]
+        await serve(app, config, shutdown_trigger=stopping.wait)
     finally:
         sock.close()

@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import (Backend, BackendRegistry, InferenceRequest, InferenceResponse, InstanceSpec,
+from triton_serve.plugin import (Backend, BackendRegistry, InferenceRequest, InferenceResponse, InstanceSpec, Model,
                                  ModelInstance, ModelSpec, hookimpl)
 
 HELD = """
@@ -53,11 +53,16 @@ class _HeldInstance(ModelInstance):
         return [InferenceResponse([request.inputs["INPUT0"]]) for request in requests]
 
 
+class _HeldModel(Model):
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return _HeldInstance(self, instance)
+
+
 class HeldBackend(Backend):
     name = "held"
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        return _HeldInstance()
+    def create_model(self, spec: ModelSpec) -> Model:
+        return _HeldModel(self, spec)
 
 
 class HeldPlugin:

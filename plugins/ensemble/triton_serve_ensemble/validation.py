@@ -85,13 +85,13 @@ def check_scheduling(config: ModelConfig) -> None:
                 following.ready = True
                 ready.append(following)
     outputs = set()
-    for tensor in config.output:
-        node = tensors.get(tensor.name)
+    for output in config.output:
+        node = tensors.get(output.name)
         if node is None:
-            raise invalid(f"ensemble output '{tensor.name}' for ensemble {name}' is not used")
+            raise invalid(f"ensemble output '{output.name}' for ensemble {name}' is not used")
         if not node.ready:
-            raise invalid(f"output '{tensor.name}' for ensemble '{name}' is not written" + _unconnected(node))
-        outputs.add(tensor.name)
+            raise invalid(f"output '{output.name}' for ensemble '{name}' is not written" + _unconnected(node))
+        outputs.add(output.name)
     for tensor_name, node in tensors.items():
         if tensor_name not in outputs and (not node.ready or not node.next):
             raise invalid(f"ensemble tensor '{tensor_name}' is unused in ensemble '{name}'")
@@ -206,9 +206,9 @@ def check_steps(config: ModelConfig, composing: Mapping[str, ModelConfig]) -> bo
         dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
         tensors[tensor.name] = _typed(ensemble, batching, tensor.data_type, dims)
     sink = _symbol(ensemble)
-    for tensor in config.output:
-        dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
-        node = tensors.setdefault(tensor.name, _typed(ensemble, batching, tensor.data_type, dims))
+    for output in config.output:
+        dims = output.reshape.shape if output.HasField("reshape") else output.dims
+        node = tensors.setdefault(output.name, _typed(ensemble, batching, output.data_type, dims))
         sink.prev.append(node)
         node.next.append(sink)
     for step in config.ensemble_scheduling.step:

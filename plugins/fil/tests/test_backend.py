@@ -11,15 +11,17 @@ import pytest
 import xgboost
 from google.protobuf import text_format
 
-from triton_serve.plugin import (InferenceRequest, InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec,
-                                 ServerError, Tensor)
+from triton_serve.plugin import (AutoCompleteOptions, InferenceRequest, InstanceSpec, ModelConfig, ModelInstanceGroup,
+                                 ModelSpec, ServerError, Tensor, model_parameters)
 from triton_serve_fil.backend import FilBackend
 
 
 def _spec(tmp_path: Path, kit: Any, booster: xgboost.Booster, config_text: str) -> ModelSpec:
     model_dir = kit.write_model(tmp_path, "direct", None, {"xgboost.json": kit.save_xgboost(booster, "json")})
     config = text_format.Merge(config_text, ModelConfig(name="direct", backend="fil"))
-    return ModelSpec("direct", 1, config, model_dir, model_dir / "1", FilBackend.default_model_filename)
+    spec = ModelSpec("direct", 1, config, model_dir, model_dir / "1", FilBackend.default_model_filename)
+    spec.parameters = model_parameters(FilBackend(), spec)  # as the core does
+    return spec
 
 
 def _request(rows: np.ndarray) -> InferenceRequest:
@@ -38,12 +40,15 @@ def test_one_execute_answers_requests_of_different_batch_sizes(tmp_path: Path, k
     batches = [kit.rows(1, seed=1), kit.rows(3, seed=2), np.zeros((2, 4), np.float32), kit.rows(2, seed=4)]
 
     async def run() -> list[Any]:
-        instance = FilBackend().create_instance(spec, _cpu())
+        model = FilBackend().create_model(spec)
+        await model.load()
+        instance = model.create_instance(_cpu())
         await instance.load()
         try:
             return list(await instance.execute([_request(rows) for rows in batches]))
         finally:
             await instance.unload()
+            await model.unload()
 
     responses = asyncio.run(run())
     assert len(responses) == 4
@@ -60,7 +65,7 @@ def test_one_execute_answers_requests_of_different_batch_sizes(tmp_path: Path, k
 def test_auto_complete_fills_tensors_and_batch_size(tmp_path: Path, kit: Any, trained: Any) -> None:
     spec = _spec(tmp_path, kit, trained.xgb_multiclass,
                  'parameters [{ key: "model_type" value: { string_value: "xgboost_json" } }]')
-    FilBackend({"default-max-batch-size": "256"}).auto_complete_config(spec)
+    FilBackend(AutoCompleteOptions(default_max_batch_size=256)).auto_complete_config(spec)
     assert spec.config.max_batch_size == 256
     assert [(t.name, list(t.dims)) for t in spec.config.input] == [("input__0", [5])]
     # a multiclass model with no output_class/predict_proba: a classifier by its task, one class index per row
@@ -75,17 +80,10 @@ def test_auto_complete_keeps_what_the_config_says(tmp_path: Path, kit: Any, trai
     assert list(spec.config.input[0].dims) == [-1]
 
 
-def test_a_bad_default_max_batch_size_option_is_named(tmp_path: Path, kit: Any, trained: Any) -> None:
-    spec = _spec(tmp_path, kit, trained.xgb_regressor, 'parameters [{ key: "model_type" value: '
-                                                       '{ string_value: "xgboost_json" } }]')
-    with pytest.raises(ServerError, match="backend option 'default-max-batch-size' is 'lots'"):
-        FilBackend({"default-max-batch-size": "lots"}).auto_complete_config(spec)
-
-
 def test_conflicting_classifier_parameters_fail_the_load(tmp_path: Path, kit: Any, trained: Any) -> None:
     spec = _spec(tmp_path, kit, trained.xgb_binary,
                  kit.config("xgboost_json", [1], output_class="true", is_classifier="false"))
-    instance = FilBackend().create_instance(spec, _cpu())
+    instance = FilBackend().create_model(spec).create_instance(_cpu())
     with pytest.raises(ServerError, match="failed to load FIL model 'direct' version 1: parameters "
                                           "'output_class' \\(true\\) and 'is_classifier' \\(false\\) disagree"):
         asyncio.run(instance.load())

@@ -111,8 +111,9 @@ def _broken(kit: Any, trained: Any) -> dict[str, tuple[str, dict[str, Callable[[
     json_binary = {"xgboost.json": kit.save_xgboost(trained.xgb_binary, "json")}
     return {
         "bad_model_type": (kit.config("catboost", [1]), json_binary,
-                           ("parameter 'model_type' is 'catboost'; expected one of xgboost, xgboost_json, "
-                            "xgboost_ubj, lightgbm, treelite_checkpoint")),
+                           ("backend 'fil': model 'bad_model_type' parameter 'model_type' has invalid value "
+                            "'catboost': expected one of xgboost, xgboost_json, xgboost_ubj, lightgbm, "
+                            "treelite_checkpoint")),
         "default_model_type": (kit.config(None, [1]), json_binary,
                                "model file '1/xgboost.model' does not exist (model_type 'xgboost')"),
         "missing_file": (kit.config("xgboost_ubj", [1]), {},
@@ -133,9 +134,9 @@ def _broken(kit: Any, trained: Any) -> dict[str, tuple[str, dict[str, Callable[[
         "int_input": (kit.config("xgboost_json", [1]).replace("TYPE_FP32 dims: [5]", "TYPE_INT32 dims: [5]"),
                       json_binary, "input 'input__0' has data_type TYPE_INT32; FIL models use TYPE_FP32"),
         "bad_threshold": (kit.config("xgboost_json", [1], output_class="true", threshold="high"), json_binary,
-                          "parameter 'threshold' is 'high'; expected a number"),
+                          "parameter 'threshold' has invalid value 'high': expected a number"),
         "bad_bool": (kit.config("xgboost_json", [1], predict_proba="yes"), json_binary,
-                     "parameter 'predict_proba' is 'yes'; expected 'true' or 'false'"),
+                     "parameter 'predict_proba' has invalid value 'yes': expected true/false, on/off or 1/0"),
         "treeshap_output": (kit.config("xgboost_json", [1])
                             + 'output [{ name: "treeshap_output" data_type: TYPE_FP32 dims: [6] }]\n', json_binary,
                             "output(s) ['treeshap_output'] are not supported"),

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import DataType, ModelConfig, ModelSpec
+from triton_serve.plugin import AutoCompleteOptions, DataType, ModelConfig, ModelSpec
 from triton_serve_onnx.backend import OnnxRuntimeBackend
 
 ONE = {"onnxruntime": {"default-max-batch-size": "1"}}  # batching models without a dynamic batcher
 
 
-def _completed(version_dir: Path, config_text: str = "", **options: str) -> ModelConfig:
+def _completed(version_dir: Path, config_text: str = "", default_max_batch_size: int = 4) -> ModelConfig:
     config = text_format.Parse(config_text, ModelConfig())
     model = ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.onnx")
-    OnnxRuntimeBackend(options).auto_complete_config(model)
+    OnnxRuntimeBackend(AutoCompleteOptions(default_max_batch_size)).auto_complete_config(model)
     return config
 
 
@@ -48,7 +48,7 @@ def test_a_batching_model_gets_the_default_max_batch_size(kit: Any, tmp_path: Pa
     assert config.max_batch_size == 4
     assert [(t.name, DataType.Name(t.data_type), list(t.dims)) for t in config.input] == [("X", "TYPE_INT32", [-1])]
     assert [t.name for t in config.output] == ["Y"] and list(config.output[0].dims) == [-1]
-    assert _completed(version_dir, **{"default-max-batch-size": "16"}).max_batch_size == 16
+    assert _completed(version_dir, default_max_batch_size=16).max_batch_size == 16
 
 
 def test_with_the_batcher_installed_a_completed_batching_model_gets_dynamic_batching(

@@ -12,7 +12,8 @@ from google.protobuf import text_format
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
                                  ModelSpec, RequestedOutput, Tensor, datatype_of_config)
-from triton_serve_onnx.instance import OnnxRuntimeInstance
+from triton_serve_onnx.backend import OnnxRuntimeBackend
+from triton_serve_onnx.parameters import OnnxRuntimeParameters
 
 MLP_CONFIG = """
     max_batch_size: 8
@@ -25,11 +26,14 @@ def _execute(version_dir: Path, config_text: str, requests: list[dict[str, np.nd
              wanted: list[list[str]] | None = None) -> list[InferenceResponse]:
     """Load one CPU instance of the model and execute all ``requests`` (input name -> array) as one batch."""
     config = text_format.Parse(config_text, ModelConfig())
-    model = ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.onnx")
+    model = ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.onnx",
+                      parameters=OnnxRuntimeParameters())
     types = {spec.name: datatype_of_config(spec.data_type).name for spec in config.input}
 
     async def run() -> list[InferenceResponse]:
-        instance = OnnxRuntimeInstance(model, InstanceSpec("m_0_0", ModelInstanceGroup(), 0, "CPU"))
+        loaded = OnnxRuntimeBackend().create_model(model)
+        await loaded.load()
+        instance = loaded.create_instance(InstanceSpec("m_0_0", ModelInstanceGroup(), 0, "CPU"))
         await instance.load()
         batch = [InferenceRequest(model.name, inputs={name: Tensor(name, types[name], array.shape, array)
                                                       for name, array in arrays.items()},
@@ -39,6 +43,7 @@ def _execute(version_dir: Path, config_text: str, requests: list[dict[str, np.nd
             return list(await instance.execute(batch))
         finally:
             await instance.unload()
+            await loaded.unload()
 
     return asyncio.run(run())
 

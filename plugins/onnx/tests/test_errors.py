@@ -65,22 +65,24 @@ BROKEN: dict[str, tuple[str | None, str | None, str]] = {
                                "max_batch_size (4) is specified"),
     "bad_intra_op_thread_count": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters {key: '
                                   '"intra_op_thread_count" value {string_value: "many"}}',
-                                  "model 'bad_intra_op_thread_count': parameter 'intra_op_thread_count' must be an "
-                                  "integer >= 0, got 'many'"),
+                                  "backend 'onnxruntime': model 'bad_intra_op_thread_count' parameter "
+                                  "'intra_op_thread_count' has invalid value 'many': expected an integer >= 0"),
     "negative_inter_op_thread_count": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters {key: '
                                        '"inter_op_thread_count" value {string_value: "-2"}}',
-                                       "parameter 'inter_op_thread_count' must be an integer >= 0, got '-2'"),
+                                       "parameter 'inter_op_thread_count' has invalid value '-2': expected an "
+                                       "integer >= 0"),
     "bad_execution_mode": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters {key: "execution_mode" '
                            'value {string_value: "2"}}',
-                           "model 'bad_execution_mode': parameter 'execution_mode' must be 0 or 1, got '2'"),
+                           "backend 'onnxruntime': model 'bad_execution_mode' parameter 'execution_mode' has "
+                           "invalid value '2': expected one of 0, 1"),
     "bad_mem_arena": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters {key: "enable_mem_arena" '
                       'value {string_value: "maybe"}}',
-                      "model 'bad_mem_arena': parameter 'enable_mem_arena' must be true/false (or 1/0, on/off), "
-                      "got 'maybe'"),
+                      "backend 'onnxruntime': model 'bad_mem_arena' parameter 'enable_mem_arena' has invalid value "
+                      "'maybe': expected true/false, on/off or 1/0"),
     "bad_arena_shrinkage": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters {key: '
                             '"memory.enable_memory_arena_shrinkage" value {string_value: "disk:0"}}',
-                            "parameter 'memory.enable_memory_arena_shrinkage' must list devices as 'cpu:0;gpu:0', "
-                            "got 'disk:0'"),
+                            "parameter 'memory.enable_memory_arena_shrinkage' has invalid value 'disk:0': expected "
+                            "devices as 'cpu:0;gpu:0'"),
     "shrinking_a_disabled_arena": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'parameters [{key: "enable_mem_arena" '
                                    'value {string_value: "0"}}, {key: "memory.enable_memory_arena_shrinkage" value '
                                    '{string_value: "cpu:0"}}]',
@@ -106,8 +108,9 @@ BROKEN: dict[str, tuple[str | None, str | None, str]] = {
     "bad_tensorrt_precision": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'optimization {execution_accelerators '
                                '{gpu_execution_accelerator [{name: "tensorrt" parameters {key: "precision_mode" '
                                'value: "FP8"}}]}}',
-                               "model 'bad_tensorrt_precision': parameter 'precision_mode' of execution accelerator "
-                               "'tensorrt' must be one of FP32, FP16, BF16, INT8, got 'FP8'"),
+                               "backend 'onnxruntime': model 'bad_tensorrt_precision' parameter 'precision_mode' of "
+                               "execution accelerator 'tensorrt' has invalid value 'FP8': expected one of FP32, FP16, "
+                               "BF16, INT8"),
     "unknown_tensorrt_parameter": ("mlp", 'backend: "onnxruntime"' + MLP_IO + 'optimization {execution_accelerators'
                                    ' {gpu_execution_accelerator [{name: "tensorrt" parameters {key: "trt_speed" '
                                    'value: "max"}}]}}',

@@ -9,6 +9,7 @@ import pytest
 from google.protobuf import text_format
 
 from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
+from triton_serve_onnx.parameters import OnnxRuntimeParameters
 from triton_serve_onnx.session import open_instance_session
 
 GPU_CONFIG = """
@@ -54,7 +55,8 @@ def test_a_gpu_session_that_falls_back_to_cpu_is_refused(kit: Any, tmp_path: Pat
     version_dir = kit.write_model(tmp_path, "mlp", mlp_model)
     config = text_format.Parse(GPU_CONFIG + f"optimization {{execution_accelerators {{{accelerator}}}}}",
                                ModelConfig())
-    model = ModelSpec("mlp", 1, config, version_dir.parent, version_dir, "model.onnx")
+    model = ModelSpec("mlp", 1, config, version_dir.parent, version_dir, "model.onnx",
+                      parameters=OnnxRuntimeParameters())
     provider = "TensorrtExecutionProvider" if accelerator else "CUDAExecutionProvider"
     with pytest.raises(ServerError) as caught:
         open_instance_session(model, InstanceSpec("mlp_0_0", ModelInstanceGroup(), 0, "GPU", 0))

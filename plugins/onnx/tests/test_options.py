@@ -10,8 +10,10 @@ import onnxruntime
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
+from triton_serve.plugin import (AutoCompleteOptions, InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec,
+                                 ServerError, Status, model_parameters)
 from triton_serve_onnx.backend import OnnxRuntimeBackend
+from triton_serve_onnx.parameters import OnnxRuntimeParameters
 from triton_serve_onnx.providers import choose_providers
 from triton_serve_onnx.session import open_instance_session
 
@@ -21,7 +23,9 @@ LEVELS = onnxruntime.GraphOptimizationLevel
 def _model(version_dir: Path, config_text: str) -> ModelSpec:
     config = text_format.Parse('max_batch_size: 8\ninput [{name: "X", data_type: TYPE_FP32, dims: [-1]}]\n'
                                'output [{name: "Y", data_type: TYPE_FP32, dims: [-1]}]\n' + config_text, ModelConfig())
-    return ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.onnx")
+    spec = ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.onnx")
+    spec.parameters = model_parameters(OnnxRuntimeBackend(), spec)  # as the core does
+    return spec
 
 
 def _instance(kind: str = "CPU", device_id: int = 0) -> InstanceSpec:
@@ -79,7 +83,8 @@ def test_gpu_instances_ask_for_tensorrt_then_cuda_on_their_device() -> None:
     """, ModelConfig())
     available = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "OpenVINOExecutionProvider",
                  "CPUExecutionProvider"]
-    assert choose_providers(config, _instance("GPU", 3), "m", available) == [
+    parameters = OnnxRuntimeParameters(cudnn_conv_algo_search=1, gpu_mem_limit=1 << 30)
+    assert choose_providers(config, parameters, _instance("GPU", 3), "m", available) == [
         ("TensorrtExecutionProvider", {"device_id": "3", "trt_fp16_enable": "1", "trt_max_workspace_size": "1073741824",
                                        "trt_engine_cache_enable": "1", "trt_engine_cache_path": "/tmp/engines"}),
         ("CUDAExecutionProvider", {"device_id": "3", "cudnn_conv_algo_search": "HEURISTIC",
@@ -87,13 +92,13 @@ def test_gpu_instances_ask_for_tensorrt_then_cuda_on_their_device() -> None:
         ("OpenVINOExecutionProvider", {"device_type": "CPU"}),
         ("CPUExecutionProvider", {}),
     ]
-    assert choose_providers(config, _instance("CPU"), "m", available) == [
+    assert choose_providers(config, parameters, _instance("CPU"), "m", available) == [
         ("OpenVINOExecutionProvider", {"device_type": "CPU"}), ("CPUExecutionProvider", {})]
 
 
 def test_a_gpu_instance_without_the_cuda_provider_is_a_clear_error() -> None:
     with pytest.raises(ServerError) as caught:
-        choose_providers(ModelConfig(), _instance("GPU"), "m", ["CPUExecutionProvider"])
+        choose_providers(ModelConfig(), OnnxRuntimeParameters(), _instance("GPU"), "m", ["CPUExecutionProvider"])
     assert caught.value.status is Status.UNAVAILABLE
     assert caught.value.message == ("instance 'm_0_0' of model 'm' needs ONNX Runtime's CUDAExecutionProvider (the "
                                     "instance is KIND_GPU), which this onnxruntime build does not have; available "
@@ -101,17 +106,18 @@ def test_a_gpu_instance_without_the_cuda_provider_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize(("parameter", "value", "message"), [
-    ("trt_engine_cache_enable", "yes please", "parameter 'trt_engine_cache_enable' of execution accelerator "
-                                              "'tensorrt' must be true/false (or 1/0), got 'yes please'"),
-    ("trt_min_subgraph_size", "1.5", "parameter 'trt_min_subgraph_size' of execution accelerator 'tensorrt' must "
-                                     "be an integer, got '1.5'"),
+    ("trt_engine_cache_enable", "yes please", "backend 'onnxruntime': model 'm' parameter 'trt_engine_cache_enable' "
+                                              "of execution accelerator 'tensorrt' has invalid value 'yes please': "
+                                              "expected true/false, on/off or 1/0"),
+    ("trt_min_subgraph_size", "1.5", "backend 'onnxruntime': model 'm' parameter 'trt_min_subgraph_size' of execution "
+                                     "accelerator 'tensorrt' has invalid value '1.5': expected an integer"),
 ], ids=["bool", "int"])
 def test_bad_tensorrt_values_name_the_parameter(parameter: str, value: str, message: str) -> None:
     config = text_format.Parse(f'optimization {{execution_accelerators {{gpu_execution_accelerator [{{name: '
                                f'"tensorrt" parameters {{key: "{parameter}" value: "{value}"}}}}]}}}}', ModelConfig())
     with pytest.raises(ServerError, match=re.escape(message)):
-        choose_providers(config, _instance("GPU"), "m", ["TensorrtExecutionProvider", "CUDAExecutionProvider",
-                                                         "CPUExecutionProvider"])
+        choose_providers(config, OnnxRuntimeParameters(), _instance("GPU"), "m",
+                         ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"])
 
 
 def test_unavailable_reason_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,10 +125,26 @@ def test_unavailable_reason_says_how_to_install(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes "import onnxruntime" raise ImportError
     reason = OnnxRuntimeBackend().unavailable_reason()
     assert reason is not None and reason.startswith("onnxruntime cannot be imported (")
-    assert reason.endswith("; pip install onnxruntime-gpu")
+    assert reason.endswith("; pip install 'triton-serve-onnx[cpu]' (or [gpu] for CUDA)")
 
 
-def test_a_bad_default_max_batch_size_option_names_the_option() -> None:
-    with pytest.raises(ServerError, match="backend option onnxruntime,default-max-batch-size must be an integer, "
-                                          "got 'lots'"):
-        OnnxRuntimeBackend({"default-max-batch-size": "lots"}).default_max_batch_size()
+def test_the_legacy_cuda_parameters_are_declared_with_their_values() -> None:
+    config = text_format.Parse('parameters [{key: "arena_extend_strategy" value {string_value: "1"}}, '
+                               '{key: "do_copy_in_default_stream" value {string_value: "OFF"}}]', ModelConfig())
+    spec = ModelSpec("m", 1, config, Path("m"), Path("m/1"))
+    parameters = model_parameters(OnnxRuntimeBackend(), spec)
+    assert (parameters.arena_extend_strategy, parameters.do_copy_in_default_stream) == (1, False)
+    cuda = choose_providers(config, parameters, _instance("GPU"), "m",
+                            ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert cuda[0] == ("CUDAExecutionProvider", {"device_id": "0", "arena_extend_strategy": "kSameAsRequested",
+                                                 "do_copy_in_default_stream": "0"})
+
+
+def test_a_bad_default_max_batch_size_option_fails_the_load(kit: Any, tmp_path: Path, tserve: Any,
+                                                            clients: Any) -> None:
+    kit.write_model(tmp_path, "double", kit.double_model())
+    http_client, _ = clients(tserve(tmp_path, backend_config={"onnxruntime": {"default-max-batch-size": "lots"}}))
+    index = {entry["name"]: entry for entry in http_client.get_model_repository_index()}
+    assert index["double"]["reason"] == ("failed to load 'double': backend 'onnxruntime': --backend-config option "
+                                         "'default-max-batch-size' has invalid value 'lots': expected an integer >= 0")
+    assert OnnxRuntimeBackend(AutoCompleteOptions(default_max_batch_size=2)).options.default_max_batch_size == 2

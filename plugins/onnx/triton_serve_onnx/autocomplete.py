@@ -12,8 +12,6 @@ from .tensors import unsupported_type
 
 T = TypeVar("T", ModelInput, ModelOutput)
 
-DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config=onnxruntime,default-max-batch-size default
-
 
 def needs_completion(config: ModelConfig) -> bool:
     """As in Triton, a config that lists both inputs and outputs is not completed."""
@@ -21,7 +19,7 @@ def needs_completion(config: ModelConfig) -> bool:
 
 
 def auto_complete(config: ModelConfig, signature: ModelSignature, model_name: str,
-                  default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
+                  default_max_batch_size: int) -> None:
     """Complete ``config`` in place (when ``needs_completion``).
 
     When every model input and output has a variable first dimension, a max_batch_size of 0 becomes

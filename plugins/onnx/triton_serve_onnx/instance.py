@@ -1,37 +1,33 @@
-"""One instance of an ONNX model: its own ONNX Runtime session, created at load and run in a worker thread."""
+"""An ONNX model version and its instances: one ONNX Runtime session per instance, opened and run on the
+instance's thread."""
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+import numpy as np
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
-                                 concat_inputs, split_outputs)
+from triton_serve.plugin import FrameworkInstance, InstanceSpec, Model, ModelInstance
 
 from .runner import SessionRunner
 from .session import open_instance_session
 
 
-class OnnxRuntimeInstance(ModelInstance):
-    """Runs batches of requests through one ONNX Runtime session on the instance's device.
+class OnnxRuntimeModel(Model):
+    """One version of an ONNX model; each of its instances opens a session of its own."""
 
-    ``load`` opens the session in a worker thread (CPU, or CUDA on ``device_id`` for KIND_GPU, plus the
-    config's execution accelerators) and checks the config against the model; ``execute`` concatenates the
-    requests along the batch dimension, runs the session in a worker thread and splits the outputs.
-    """
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return OnnxRuntimeInstance(self, instance)
 
-    def __init__(self, model: ModelSpec, instance: InstanceSpec) -> None:
-        self.model = model
-        self.instance = instance
-        self.runner: SessionRunner | None = None
 
-    async def load(self) -> None:
-        self.runner = await asyncio.to_thread(open_instance_session, self.model, self.instance)
+class OnnxRuntimeInstance(FrameworkInstance):
+    """One ONNX Runtime session on the instance's device: the CPU, or CUDA on ``device_id`` for KIND_GPU,
+    plus the config's execution accelerators; ``open`` checks the config against the model."""
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse]:
-        assert self.runner is not None, "execute called before load"
-        arrays = concat_inputs(requests, self.model.config)
-        outputs = await asyncio.to_thread(self.runner.run, arrays)
-        return split_outputs(outputs, requests, self.model.config)
+    runner: SessionRunner
 
-    async def unload(self) -> None:
-        self.runner = None
+    def open(self) -> None:
+        self.runner = open_instance_session(self.model.spec, self.spec)
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.runner.run(inputs)
+
+    def close(self) -> None:
+        del self.runner

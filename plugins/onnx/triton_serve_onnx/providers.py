@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from triton_serve.plugin import InstanceSpec, ModelConfig, ModelOptimizationPolicy, ServerError, Status
+from triton_serve.plugin import InstanceSpec, ModelConfig, ModelOptimizationPolicy, ServerError, Status, parse_bool
 
-from .parameters import bool_from_string, int_parameter, parse_bool, string_parameter
+from .parameters import OnnxRuntimeParameters
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -20,14 +20,14 @@ Accelerator = ModelOptimizationPolicy.ExecutionAccelerators.Accelerator
 
 
 def _as_int(value: str) -> str:
-    return str(int(value.strip()))
+    try:
+        return str(int(value))
+    except ValueError:
+        raise ValueError("expected an integer") from None
 
 
 def _as_bool(value: str) -> str:
-    flag = bool_from_string(value)
-    if flag is None:
-        raise ValueError(value)
-    return "1" if flag else "0"
+    return "1" if parse_bool(value) else "0"
 
 
 # TensorRT accelerator parameters Triton accepts -> (TensorRT EP option, value check).
@@ -55,13 +55,13 @@ _CUDNN_SEARCH = {0: "EXHAUSTIVE", 1: "HEURISTIC", 2: "DEFAULT"}
 _ARENA_STRATEGY = {0: "kNextPowerOfTwo", 1: "kSameAsRequested"}
 
 
-def choose_providers(config: ModelConfig, instance: InstanceSpec, model_name: str,
+def choose_providers(config: ModelConfig, parameters: OnnxRuntimeParameters, instance: InstanceSpec, model_name: str,
                      available: Sequence[str]) -> list[Provider]:
     """The providers, in priority order, for one instance; raise a ServerError naming the model, instance and
     accelerator when the config asks for one this onnxruntime build lacks or names one that does not exist.
 
     GPU accelerators apply to KIND_GPU instances only (as in Triton), but are checked for every kind."""
-    gpu_providers = _gpu_providers(config, instance, model_name)
+    gpu_providers = _gpu_providers(config, parameters, instance, model_name)
     providers = gpu_providers if instance.kind == "GPU" else []
     for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
         if accelerator.name != "openvino":
@@ -76,11 +76,12 @@ def choose_providers(config: ModelConfig, instance: InstanceSpec, model_name: st
     return providers
 
 
-def _gpu_providers(config: ModelConfig, instance: InstanceSpec, model_name: str) -> list[Provider]:
+def _gpu_providers(config: ModelConfig, parameters: OnnxRuntimeParameters, instance: InstanceSpec,
+                   model_name: str) -> list[Provider]:
     """TensorRT where asked, then CUDA on the instance's GPU."""
     device = {"device_id": str(instance.device_id)}
     providers: list[Provider] = []
-    cuda_options = {**device, **_legacy_cuda_options(config, model_name)}
+    cuda_options = {**device, **_legacy_cuda_options(parameters)}
     for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
         if accelerator.name == "tensorrt":
             providers.append((TENSORRT, {**device, **_tensorrt_options(accelerator, model_name)}))
@@ -123,23 +124,20 @@ def _unknown_accelerator(kind: str, name: str, model_name: str) -> ServerError:
 def _tensorrt_options(accelerator: Accelerator, model_name: str) -> dict[str, str]:
     options = {}
     for key, value in accelerator.parameters.items():
-        what = f"parameter '{key}' of execution accelerator 'tensorrt'"
         if key == "precision_mode":
             if value not in _PRECISION_MODES:
-                raise ServerError(f"model '{model_name}': {what} must be one of {', '.join(_PRECISION_MODES)}, "
-                                  f"got '{value}'")
+                raise _invalid(model_name, "tensorrt", key, value, "expected one of " + ", ".join(_PRECISION_MODES))
             option = _PRECISION_MODES[value]
             if option:
                 options[option] = "1"
             continue
         if key not in _TENSORRT_OPTIONS:
-            raise ServerError(f"model '{model_name}': unknown {what}")
+            raise ServerError(f"model '{model_name}': unknown parameter '{key}' of execution accelerator 'tensorrt'")
         option, check = _TENSORRT_OPTIONS[key]
         try:
             options[option] = check(value)
-        except ValueError:
-            kind = "an integer" if check is _as_int else "true/false (or 1/0)"
-            raise ServerError(f"model '{model_name}': {what} must be {kind}, got '{value}'") from None
+        except ValueError as error:
+            raise _invalid(model_name, "tensorrt", key, value, str(error)) from None
     return options
 
 
@@ -147,23 +145,28 @@ def _cuda_options(accelerator: Accelerator, model_name: str) -> dict[str, str]:
     options = dict(accelerator.parameters)
     for key in ("do_copy_in_default_stream", "use_ep_level_unified_stream"):
         if key in options:
-            what = f"parameter '{key}' of execution accelerator 'cuda'"
-            options[key] = "1" if parse_bool(options[key], what, model_name) else "0"
+            try:
+                options[key] = _as_bool(options[key])
+            except ValueError as error:
+                raise _invalid(model_name, "cuda", key, options[key], str(error)) from None
     return options
 
 
-def _legacy_cuda_options(config: ModelConfig, model_name: str) -> dict[str, str]:
+def _invalid(model_name: str, accelerator: str, key: str, value: str, reason: str) -> ServerError:
+    """The core's error format for options, for an execution accelerator's parameter."""
+    return ServerError(f"backend 'onnxruntime': model '{model_name}' parameter '{key}' of execution accelerator "
+                       f"'{accelerator}' has invalid value '{value}': {reason}")
+
+
+def _legacy_cuda_options(parameters: OnnxRuntimeParameters) -> dict[str, str]:
+    """CUDA provider options from Triton's older model parameters."""
     options = {}
-    if "cudnn_conv_algo_search" in config.parameters:
-        options["cudnn_conv_algo_search"] = _CUDNN_SEARCH[int_parameter(
-            config, "cudnn_conv_algo_search", model_name, default=0, allowed=tuple(_CUDNN_SEARCH))]
-    if "arena_extend_strategy" in config.parameters:
-        options["arena_extend_strategy"] = _ARENA_STRATEGY[int_parameter(
-            config, "arena_extend_strategy", model_name, default=0, allowed=tuple(_ARENA_STRATEGY))]
-    if "gpu_mem_limit" in config.parameters:
-        options["gpu_mem_limit"] = str(int_parameter(config, "gpu_mem_limit", model_name, default=0, minimum=1))
-    copy_in_default_stream = string_parameter(config, "do_copy_in_default_stream")
-    if copy_in_default_stream is not None:
-        what = "parameter 'do_copy_in_default_stream'"
-        options["do_copy_in_default_stream"] = "1" if parse_bool(copy_in_default_stream, what, model_name) else "0"
+    if parameters.cudnn_conv_algo_search is not None:
+        options["cudnn_conv_algo_search"] = _CUDNN_SEARCH[parameters.cudnn_conv_algo_search]
+    if parameters.arena_extend_strategy is not None:
+        options["arena_extend_strategy"] = _ARENA_STRATEGY[parameters.arena_extend_strategy]
+    if parameters.gpu_mem_limit is not None:
+        options["gpu_mem_limit"] = str(parameters.gpu_mem_limit)
+    if parameters.do_copy_in_default_stream is not None:
+        options["do_copy_in_default_stream"] = "1" if parameters.do_copy_in_default_stream else "0"
     return options

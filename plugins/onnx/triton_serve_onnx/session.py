@@ -7,7 +7,7 @@ from typing import Any
 
 from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
 
-from .parameters import run_options, session_options
+from .parameters import OnnxRuntimeParameters, run_options, session_options
 from .providers import CPU, Provider, check_enabled, choose_providers
 from .runner import SessionRunner
 from .signature import read_signature
@@ -18,9 +18,11 @@ def open_instance_session(model: ModelSpec, instance: InstanceSpec) -> SessionRu
     """The session one instance runs, checked against the config. Blocks: call it off the event loop."""
     import onnxruntime
 
-    providers = choose_providers(model.config, instance, model.name, onnxruntime.get_available_providers())
-    options = session_options(model.config, model.name)
-    per_run = run_options(model.config, model.name, instance)
+    parameters: OnnxRuntimeParameters = model.parameters
+    providers = choose_providers(model.config, parameters, instance, model.name,
+                                 onnxruntime.get_available_providers())
+    options = session_options(parameters, model.config, model.name)
+    per_run = run_options(parameters, model.name, instance)
     session = create_session(model_path(model), options, providers, model.name)
     check_enabled(session, providers, instance, model.name)
     signature = read_signature(session)

@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import text_format
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelSpec,
-                                 RequestedOutput, ServerOptions, Tensor, datatype_of)
+                                 RequestedOutput, ServerOptions, Tensor, datatype_of, model_parameters)
 from triton_serve.testing import ENTRY_POINT_GROUP, PLUGINS_ENV, RunningServer, apply_defaults, free_port
 from triton_serve_openvino.backend import OpenVinoBackend
 from triton_serve_openvino.instance import OpenVinoInstance
@@ -65,15 +65,18 @@ class OpenVinoKit:
         """The ModelSpec the server would build for version 1: auto-completed, defaulted."""
         config = text_format.Parse(textwrap.dedent(config_text), ModelConfig())
         spec = ModelSpec(model_dir.name, 1, config, model_dir, model_dir / "1", OpenVinoBackend.default_model_filename)
-        (backend or OpenVinoBackend()).auto_complete_config(spec)
+        backend = backend or OpenVinoBackend()
+        spec.parameters = model_parameters(backend, spec)
+        backend.auto_complete_config(spec)
         apply_defaults(config, model_dir.name)
         return spec
 
     @staticmethod
     def loaded_instance(spec: ModelSpec) -> OpenVinoInstance:
-        """One CPU instance of ``spec``, loaded."""
-        instance = OpenVinoBackend().create_instance(
-            spec, InstanceSpec(f"{spec.name}_0", spec.config.instance_group[0], 0, "CPU"))
+        """One CPU instance of ``spec``, loaded (with its model)."""
+        model = OpenVinoBackend().create_model(spec)
+        asyncio.run(model.load())
+        instance = model.create_instance(InstanceSpec(f"{spec.name}_0", spec.config.instance_group[0], 0, "CPU"))
         assert isinstance(instance, OpenVinoInstance)
         asyncio.run(instance.load())
         return instance
@@ -87,7 +90,7 @@ class OpenVinoKit:
             for arrays in batches:
                 tensors = {name: Tensor(name, datatype_of(array), tuple(array.shape), array)
                            for name, array in arrays.items()}
-                requests.append(InferenceRequest(instance.model.name, inputs=tensors,
+                requests.append(InferenceRequest(instance.model.spec.name, inputs=tensors,
                                                  outputs=[RequestedOutput(name) for name in outputs]))
             return list(await instance.execute(requests))
 

@@ -9,7 +9,7 @@ import openvino as ov
 import pytest
 from google.protobuf import text_format
 
-from triton_serve.plugin import ModelConfig, ServerError
+from triton_serve.plugin import AutoCompleteOptions, ModelConfig, ModelSpec, ServerError, model_parameters
 from triton_serve_openvino.backend import OpenVinoBackend
 from triton_serve_openvino.parameters import OpenVinoParameters
 
@@ -27,7 +27,9 @@ def parameters(**values: str) -> str:
 
 
 def parse(**values: str) -> OpenVinoParameters:
-    return OpenVinoParameters.from_config(text_format.Parse(parameters(**values), ModelConfig()), "m")
+    config = text_format.Parse(parameters(**values), ModelConfig())
+    parsed: OpenVinoParameters = model_parameters(OpenVinoBackend(), ModelSpec("m", 1, config, Path("m"), Path("m/1")))
+    return parsed
 
 
 @pytest.fixture
@@ -40,28 +42,28 @@ def test_triton_spellings_are_accepted_in_any_case() -> None:
     parsed = parse(PERFORMANCE_HINT="throughput", NUM_STREAMS="auto", INFERENCE_NUM_THREADS="2", HINT_BF16="no",
                    SKIP_OV_DYNAMIC_BATCHSIZE="yes", ENABLE_BATCH_PADDING="Yes", RESHAPE_IO_LAYERS="NO",
                    SOMETHING_ELSE="is left alone")
-    assert parsed == OpenVinoParameters(
-        compile_properties={"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "AUTO", "INFERENCE_NUM_THREADS": "2",
-                            "INFERENCE_PRECISION_HINT": "f32"},
-        skip_dynamic_batch=True, enable_batch_padding=True, reshape_io_layers=False)
+    assert parsed.compile_properties == {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "AUTO",
+                                         "INFERENCE_NUM_THREADS": "2", "INFERENCE_PRECISION_HINT": "f32"}
+    assert (parsed.skip_dynamic_batch, parsed.enable_batch_padding, parsed.reshape_io_layers) == (True, True, False)
     assert parse() == OpenVinoParameters()
     assert parse(NUM_STREAMS="3", HINT_BF16="YES").compile_properties == {"NUM_STREAMS": "3",
                                                                           "INFERENCE_PRECISION_HINT": "bf16"}
 
 
 @pytest.mark.parametrize("key, value, accepted", [
-    ("PERFORMANCE_HINT", "FAST", "LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT"),
-    ("NUM_STREAMS", "1.5", "AUTO, NUMA or a non-negative integer"),
-    ("INFERENCE_NUM_THREADS", "all", "a non-negative integer"),
-    ("COMPILATION_NUM_THREADS", "-1", "a non-negative integer"),
-    ("HINT_BF16", "maybe", "YES or NO"),
-    ("ENABLE_BATCH_PADDING", "1", "YES or NO"),
-    ("RESHAPE_IO_LAYERS", "true", "YES or NO"),
+    ("PERFORMANCE_HINT", "FAST", "one of LATENCY, THROUGHPUT, CUMULATIVE_THROUGHPUT"),
+    ("NUM_STREAMS", "1.5", "AUTO, NUMA or an integer >= 0"),
+    ("INFERENCE_NUM_THREADS", "all", "an integer >= 0"),
+    ("COMPILATION_NUM_THREADS", "-1", "an integer >= 0"),
+    ("HINT_BF16", "maybe", "one of YES, NO"),
+    ("ENABLE_BATCH_PADDING", "1", "one of YES, NO"),
+    ("RESHAPE_IO_LAYERS", "true", "one of YES, NO"),
 ])
 def test_a_bad_value_names_the_parameter_and_what_it_accepts(key: str, value: str, accepted: str) -> None:
     with pytest.raises(ServerError) as caught:
         parse(**{key: value})
-    assert caught.value.message == f"model 'm': parameter {key} must be {accepted}, got '{value}'"
+    assert caught.value.message == (f"backend 'openvino': model 'm' parameter '{key}' has invalid value '{value}': "
+                                    f"expected {accepted}")
 
 
 def test_compile_properties_reach_the_compiled_model(mlp_dir: Path, kit: Any) -> None:
@@ -73,10 +75,8 @@ def test_compile_properties_reach_the_compiled_model(mlp_dir: Path, kit: Any) ->
 
 
 def test_default_max_batch_size_option(mlp_dir: Path, kit: Any) -> None:
-    spec = kit.spec(mlp_dir, 'backend: "openvino"', OpenVinoBackend({"default-max-batch-size": "16"}))
+    spec = kit.spec(mlp_dir, 'backend: "openvino"', OpenVinoBackend(AutoCompleteOptions(default_max_batch_size=16)))
     assert spec.config.max_batch_size == 16
-    with pytest.raises(ServerError, match="default-max-batch-size must be a positive integer, got '0'"):
-        OpenVinoBackend({"default-max-batch-size": "0"})
 
 
 def test_skip_dynamic_batch_fixes_the_batch_and_padding_fills_it(mlp_dir: Path, models: dict[str, Path],

@@ -1,6 +1,8 @@
 """Auto-complete: fill max_batch_size, inputs and outputs of a config from the OpenVINO model."""
 from __future__ import annotations
 
+from typing import cast
+
 import openvino as ov
 from openvino import layout_helpers
 
@@ -8,12 +10,11 @@ from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, 
 
 from .datatypes import SERVED, config_type_of
 from .model_file import new_core, read_model
-from .parameters import OpenVinoParameters
 
 
 def auto_complete_from_file(model: ModelSpec, default_max_batch_size: int) -> None:
     """Read ``model``'s file and auto-complete its config from it (see ``auto_complete``)."""
-    core = new_core(OpenVinoParameters.from_config(model.config, model.name), model.name)
+    core = new_core(model.parameters, model.name)
     auto_complete(model.config, read_model(core, model), model.name, default_max_batch_size)
 
 
@@ -45,8 +46,9 @@ def _tensor_name(port: ov.Output, kind: str, model_name: str) -> str:
 
 
 def _has_batch_dimension(model: ov.Model, config: ModelConfig) -> bool:
+    tensors: list[ModelInput | ModelOutput] = [*config.input, *config.output]
     declared = {tensor.name: len(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)
-                for tensor in [*config.input, *config.output]}
+                for tensor in tensors}
     for port in [*model.inputs, *model.outputs]:
         shape = port.get_partial_shape()
         if shape.rank.is_dynamic or shape.rank.get_length() == 0:
@@ -68,7 +70,7 @@ def _fill(tensor: ModelInput | ModelOutput, port: ov.Output, kind: str, model_na
         raise ServerError(f"model '{model_name}': {kind} '{tensor.name}' has OpenVINO element type "
                           f"'{port.get_element_type().get_type_name()}', which the openvino backend does not "
                           f"serve (it serves {SERVED})")
-    tensor.data_type = DataType.Value(data_type)
+    tensor.data_type = cast(DataType, DataType.Value(data_type))  # types-protobuf: Value returns int
     shape = port.get_partial_shape()
     if shape.rank.is_dynamic:
         raise ServerError(f"model '{model_name}': {kind} '{tensor.name}' has a dynamic rank; "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import openvino as ov
 from openvino.preprocess import PrePostProcessor
@@ -13,6 +14,7 @@ from .model_file import openvino_message
 from .parameters import OpenVinoParameters
 
 Tensor = ModelInput | ModelOutput
+TensorT = TypeVar("TensorT", ModelInput, ModelOutput)
 
 
 def prepare_model(model: ov.Model, config: ModelConfig, parameters: OpenVinoParameters, model_name: str) -> ov.Model:
@@ -47,7 +49,8 @@ class _Fitter:
     def fail(self, kind: str, spec_name: str, field: str, problem: str) -> ServerError:
         return ServerError(f"model '{self.model_name}': {kind} '{spec_name}' {field}: {problem}")
 
-    def match(self, ports: Sequence[ov.Output], specs: Sequence[Tensor], kind: str) -> list[tuple[Tensor, ov.Output]]:
+    def match(self, ports: Sequence[ov.Output], specs: Sequence[TensorT],
+              kind: str) -> list[tuple[TensorT, ov.Output]]:
         by_name = {name: port for port in ports for name in port.get_names()}
         matched = []
         for spec in specs:
@@ -136,8 +139,8 @@ class _Fitter:
             raise ServerError(f"model '{self.model_name}': OpenVINO cannot reshape input {wanted}: "
                               f"{openvino_message(error)}{hint}") from None
 
-    def convert_types(self, model: ov.Model, inputs: list[tuple[Tensor, ov.Output]],
-                      outputs: list[tuple[Tensor, ov.Output]]) -> ov.Model:
+    def convert_types(self, model: ov.Model, inputs: Sequence[tuple[Tensor, ov.Output]],
+                      outputs: Sequence[tuple[Tensor, ov.Output]]) -> ov.Model:
         processor = PrePostProcessor(model)
         converted = False
         for spec, port in inputs:

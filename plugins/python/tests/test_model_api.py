@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
 
-from triton_serve.plugin import ServerError
+from triton_serve.plugin import ServerError, parse_options
 from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.pb_utils.logger import set_log_sink
 
@@ -162,14 +162,18 @@ def test_logger_tags_lines_with_level_and_caller() -> None:
     assert lines[0][1].startswith("test_model_api.py:") and lines[0][1].endswith("] careful")
 
 
+def parse(values: dict[str, str]) -> PythonBackendOptions:
+    return parse_options(PythonBackendOptions, values, backend="python", source="--backend-config option")
+
+
 def test_backend_options() -> None:
-    options = PythonBackendOptions.parse({"execute-timeout-seconds": "2.5", "restart-on-failure": "off",
-                                          "default-max-batch-size": "4"})
+    options = parse({"execute-timeout-seconds": "2.5", "restart-on-failure": "off", "default-max-batch-size": "4"})
     assert options.execute_timeout_seconds == 2.5 and options.restart_on_failure is False
-    with pytest.raises(ServerError, match="'shm-default-byte-size' must be a number, got 'big'"):
-        PythonBackendOptions.parse({"shm-default-byte-size": "big"})
-    with pytest.raises(ServerError, match="'restart-on-failure' must be true or false"):
-        PythonBackendOptions.parse({"restart-on-failure": "maybe"})
+    with pytest.raises(ServerError, match="backend 'python': --backend-config option 'shm-default-byte-size' has "
+                                          "invalid value 'big': expected an integer"):
+        parse({"shm-default-byte-size": "big"})
+    with pytest.raises(ServerError, match="'restart-on-failure' has invalid value 'maybe': expected true/false"):
+        parse({"restart-on-failure": "maybe"})
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [  # Triton's python backend's words
@@ -180,5 +184,6 @@ def test_backend_options() -> None:
 ])
 def test_backend_options_out_of_range(key: str, value: str, message: str) -> None:
     with pytest.raises(ServerError) as error:
-        PythonBackendOptions.parse({key: value})
-    assert error.value.message == f"--backend-config=python: {message}"
+        parse({key: value})
+    assert error.value.message == (f"backend 'python': --backend-config option '{key}' has invalid value "
+                                   f"'{value}': {message}")

@@ -12,8 +12,9 @@ import pytest
 from google.protobuf import text_format
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
-                                 ModelSpec, RequestedOutput, ServerError, Status, Tensor)
+                                 ModelSpec, RequestedOutput, ServerError, Status, Tensor, model_parameters)
 from triton_serve_python.backend import PythonBackend
+from triton_serve_python.options import PythonBackendOptions
 from triton_serve_python.stacking import stacks_requests
 
 CONFIG = """
@@ -40,20 +41,25 @@ def _request(x: np.ndarray, outputs: Sequence[str] = ()) -> InferenceRequest:
 
 
 def _execute(kit: Any, tmp_path: Path, shm_prefix: str, config: str, xs: Sequence[np.ndarray],
-             outputs: Sequence[Sequence[str]] = ()) -> Sequence[InferenceResponse]:
-    """Load one instance of the reporter model, execute ``xs`` as one batch of requests on it, unload it."""
-    model_dir = kit.write_model(tmp_path, "reporter", kit.batch_reporter_model)
+             outputs: Sequence[Sequence[str]] = (), model_py: str = "") -> Sequence[InferenceResponse]:
+    """Load one instance of the reporter model (or ``model_py``), execute ``xs`` as one batch of requests on
+    it, unload it."""
+    model_dir = kit.write_model(tmp_path, "reporter", model_py or kit.batch_reporter_model)
     spec = ModelSpec("reporter", 1, text_format.Parse(config, ModelConfig()), model_dir, model_dir / "1", "model.py")
-    backend = PythonBackend({"shm-region-prefix-name": shm_prefix})
-    instance = backend.create_instance(spec, InstanceSpec("reporter_0_0", ModelInstanceGroup(), 0, "CPU"))
+    backend = PythonBackend(PythonBackendOptions(shm_region_prefix_name=shm_prefix))
+    spec.parameters = model_parameters(backend, spec)  # as the core does
+    model = backend.create_model(spec)
 
     async def run() -> Sequence[InferenceResponse]:
+        await model.load()
+        instance = model.create_instance(InstanceSpec("reporter_0_0", ModelInstanceGroup(), 0, "CPU"))
         await instance.load()
         try:
             wanted = list(outputs) or [()] * len(xs)
             return await instance.execute([_request(x, names) for x, names in zip(xs, wanted)])
         finally:
             await instance.unload()
+            await model.unload()
 
     return asyncio.run(run())
 
@@ -94,6 +100,27 @@ def test_stacked_error_response_fails_the_batch(kit: Any, tmp_path: Path, shm_pr
     assert (raised.value.status, raised.value.message) == (Status.INVALID_ARG, "X holds a negative value")
 
 
+SENDER_MODEL = """
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            for request in requests:
+                x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                request.get_response_sender().send(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 2)]),
+                                                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return None
+"""
+
+
+def test_stacked_request_answered_through_its_sender_fails_the_batch(kit: Any, tmp_path: Path,
+                                                                     shm_prefix: str) -> None:
+    with pytest.raises(ServerError) as raised:
+        _execute(kit, tmp_path, shm_prefix, CONFIG + STACKED, [_rows(0, 1), _rows(1, 2)], model_py=SENDER_MODEL)
+    assert raised.value.status == Status.INTERNAL
+    assert "with 'stack_requests' on, execute must return the stacked request's response" in raised.value.message
+
+
 def test_stacked_outputs_must_keep_the_batch_dimension(kit: Any, tmp_path: Path, shm_prefix: str) -> None:
     with pytest.raises(ServerError) as raised:
         _execute(kit, tmp_path, shm_prefix, CONFIG + STACKED, [_rows(0, 1), _rows(20, 2)])
@@ -105,15 +132,22 @@ def test_stacked_outputs_must_keep_the_batch_dimension(kit: Any, tmp_path: Path,
 @pytest.mark.parametrize(("parameters", "stacks"), [
     ("", False),
     ('parameters { key: "stack_requests", value: { string_value: "false" } }', False),
-    ('parameters { key: "stack_requests", value: { string_value: " True " } }', True),
+    ('parameters { key: "stack_requests", value: { string_value: "True" } }', True),
 ])
 def test_stack_requests_is_opt_in(parameters: str, stacks: bool) -> None:
-    assert stacks_requests(text_format.Parse(CONFIG + parameters, ModelConfig())) is stacks
+    assert stacks_requests(_spec(CONFIG + parameters)) is stacks
+
+
+def _spec(config: str) -> ModelSpec:
+    spec = ModelSpec("reporter", 1, text_format.Parse(config, ModelConfig()), Path("reporter"), Path("reporter/1"))
+    spec.parameters = model_parameters(PythonBackend(), spec)
+    return spec
 
 
 @pytest.mark.parametrize(("config", "words"), [
     (CONFIG + 'parameters { key: "stack_requests", value: { string_value: "maybe" } }',
-     "parameters of python model 'reporter': 'stack_requests' must be true or false, got 'maybe'"),
+     "backend 'python': model 'reporter' parameter 'stack_requests' has invalid value 'maybe': expected true/false, "
+     "on/off or 1/0"),
     (CONFIG.replace("max_batch_size: 8", "max_batch_size: 0") + STACKED,
      "parameters of python model 'reporter': 'stack_requests' needs max_batch_size > 0"),
     (CONFIG + STACKED + "sequence_batching { }",
@@ -123,7 +157,7 @@ def test_stack_requests_is_opt_in(parameters: str, stacks: bool) -> None:
 ])
 def test_invalid_stack_requests_settings_are_refused(config: str, words: str) -> None:
     with pytest.raises(ServerError) as raised:
-        stacks_requests(text_format.Parse(config, ModelConfig()))
+        stacks_requests(_spec(config))
     assert raised.value.status == Status.INVALID_ARG
     assert words in raised.value.message
 
@@ -140,8 +174,8 @@ def test_invalid_stack_requests_fails_the_load_with_the_reason(kit: Any, tmp_pat
     reasons = {entry["name"]: entry.get("reason", "") for entry in client.get_model_repository_index()
                if entry.get("state") != "READY"}
     assert set(reasons) == {"bad_value", "not_batching"}
-    assert "parameters of python model 'bad_value': 'stack_requests' must be true or false, got 'maybe'" \
-        in reasons["bad_value"]
+    assert ("backend 'python': model 'bad_value' parameter 'stack_requests' has invalid value 'maybe': expected "
+            "true/false, on/off or 1/0") in reasons["bad_value"]
     assert "parameters of python model 'not_batching': 'stack_requests' needs max_batch_size > 0" \
         in reasons["not_batching"]
     assert client.is_model_ready("stacked")

@@ -31,7 +31,7 @@ class Arena:
 
     @property
     def buf(self) -> memoryview:
-        return self._shm.buf  # type: ignore[return-value]
+        return mapped_bytes(self._shm)
 
     def release(self) -> None:
         """Remove the segment's name at once; the memory goes when every mapping is closed."""
@@ -46,13 +46,20 @@ def attach(name: str) -> SharedMemory:
     """Map an arena the server created, without handing it to this process's resource tracker: the server
     owns and unlinks it, and Python before 3.13 (no ``track=False``) would unlink it when the worker exits."""
     if sys.version_info >= (3, 13):
-        return SharedMemory(name, track=False)  # type: ignore[call-arg]
+        return SharedMemory(name, track=False)
     register = resource_tracker.register
-    resource_tracker.register = lambda *args: None  # type: ignore[assignment]
+    resource_tracker.register = lambda *args: None
     try:
         return SharedMemory(name)
     finally:
-        resource_tracker.register = register  # type: ignore[assignment]
+        resource_tracker.register = register
+
+
+def mapped_bytes(shm: SharedMemory) -> memoryview:
+    """The bytes of a mapping; ValueError once it is closed (``SharedMemory.buf`` is None then)."""
+    if shm.buf is None:
+        raise ValueError(f"shared memory '{shm.name}' is closed")
+    return shm.buf
 
 
 def close_mapping(shm: SharedMemory) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from .pb_utils.model_config import ModelConfig
 from .runner import load_model_class
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
         if not isinstance(completed, ModelConfig):
             raise TypeError(f"auto_complete_config must return the pb_utils.ModelConfig it was given, "
                             f"got {type(completed).__name__}")
-        result = {"config": completed.as_dict()}
+        result: dict[str, Any] = {"config": completed.as_dict()}
     except Exception as error:
         result = {"error": f"{type(error).__name__}: {error}"}
     result_file.write_text(json.dumps(result))

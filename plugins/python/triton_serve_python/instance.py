@@ -6,14 +6,16 @@ import contextlib
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
-                                 ServerError, Status, config_to_json)
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ServerError, Status,
+                                 config_to_json)
 
-from .options import PythonBackendOptions
 from .process import WorkerFailure, WorkerProcess, WorkerStartFailed
 from .stacking import stack_requests, unstack_response
+
+if TYPE_CHECKING:
+    from .model import PythonModel
 
 log = logging.getLogger("triton_serve_python")
 START_ATTEMPTS = 3  # worker processes tried before a load fails for a worker that dies before it starts
@@ -23,37 +25,35 @@ class PythonModelInstance(ModelInstance):
     """Runs ``model.py`` in its own worker process, so a crash, hang or exit there cannot reach the server.
 
     While the worker is dead or restarting the instance is not ready (so neither is the model nor, with
-    strict readiness, the server) and requests fail at once with UNAVAILABLE. With ``stack``, a batch reaches
-    ``execute`` as one request whose inputs are stacked along the batch dimension (stacking.py). Requests the
-    model answers through response senders stay open after ``execute`` returns (``answers_later``) until
-    their final response, the worker's death or the unload.
+    strict readiness, the server) and requests fail at once with UNAVAILABLE. With ``model.stack``, a batch
+    reaches ``execute`` as one request whose inputs are stacked along the batch dimension (stacking.py).
+    Requests the model answers through response senders stay open after ``execute`` returns
+    (``answers_later``) until their final response, the worker's death or the unload.
     """
 
     answers_later = True
+    model: PythonModel
 
-    def __init__(self, model: ModelSpec, instance: InstanceSpec, options: PythonBackendOptions, *,
-                 stack: bool = False) -> None:
-        self.model = model
-        self.instance = instance
-        self.options = options
-        self.stack = stack
-        self.label = f"instance '{instance.name}' of python model '{model.name}'"
+    def __init__(self, model: PythonModel, spec: InstanceSpec) -> None:
+        super().__init__(model, spec)
+        self.options = model.options
+        self.label = f"instance '{spec.name}' of python model '{model.spec.name}'"
         self._worker: WorkerProcess | None = None
         self._not_running = "is not loaded"
         self._restart_task: asyncio.Task[None] | None = None
         self._unloading = False
 
     def _init_message(self) -> dict[str, Any]:
-        spec = self.model
+        spec = self.model.spec
         return {
             "model_file": str(spec.model_file),
             "decoupled": spec.config.model_transaction_policy.decoupled,
             "outputs": [output.name for output in spec.config.output],
             "args": {  # exactly the seven keys Triton gives ``initialize``
                 "model_config": json.dumps(config_to_json(spec.config)),
-                "model_instance_kind": self.instance.kind,
-                "model_instance_name": self.instance.name,
-                "model_instance_device_id": str(self.instance.device_id),
+                "model_instance_kind": self.spec.kind,
+                "model_instance_name": self.spec.name,
+                "model_instance_device_id": str(self.spec.device_id),
                 "model_repository": str(spec.model_dir),
                 "model_version": str(spec.version),
                 "model_name": spec.name,
@@ -70,7 +70,7 @@ class PythonModelInstance(ModelInstance):
         return await self._launch_worker()
 
     async def _launch_worker(self) -> WorkerProcess:
-        worker = WorkerProcess(self.label, self.options, self._on_worker_exit, self.model.client)
+        worker = WorkerProcess(self.label, self.options, self._on_worker_exit, self.model.spec.client)
         await worker.start(self._init_message())
         return worker
 
@@ -90,9 +90,10 @@ class PythonModelInstance(ModelInstance):
         if worker is None or not worker.running:
             raise ServerError(f"python backend worker for {self.label} {self._not_running}", Status.UNAVAILABLE)
         try:
-            if self.stack:
-                stacked = await worker.execute([stack_requests(requests, self.model.config)])
-                return unstack_response(stacked[0], requests, self.model.config)
+            if self.model.stack:
+                config = self.model.spec.config
+                stacked = await worker.execute([stack_requests(requests, config)])
+                return unstack_response(stacked[0], requests, config)
             responses = await worker.execute(requests)
         except WorkerFailure as failure:
             next_step = "it is being restarted" if self.options.restart_on_failure else "it will not be restarted"

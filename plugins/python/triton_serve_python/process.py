@@ -291,7 +291,7 @@ class WorkerProcess:
         else:
             log.warning("unexpected %s message from the python backend worker for %s", kind.name, self.label)
 
-    def _read_result(self, results: list[ResponseTuple], reply: asyncio.Future[Message]) -> None:
+    def _read_result(self, results: list[ResponseTuple | None], reply: asyncio.Future[Message]) -> None:
         """Copy the outputs out of the arena now, before anything else (the worker's exit) can release it."""
         try:
             responses = read_responses(results, self._arenas["output"].buf)

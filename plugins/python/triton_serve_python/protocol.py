@@ -55,7 +55,7 @@ Message = tuple[Kind, Any]  # (kind, body)
 # One request of an EXECUTE: (id, correlation id, flags, timeout in µs, requested output names, parameters, inputs).
 RequestTuple = tuple[str, int | str, int, int, list[str], dict[str, Any], list[TensorRef]]
 # One response of a RESULT: (output refs, parameters, None) or (None, None, (error message, status code name)).
-ResponseTuple = tuple[list[TensorRef] | None, dict[str, Any] | None, tuple[str, str] | None]
+ResponseTuple = tuple[list[TensorRef], dict[str, Any], None] | tuple[None, None, tuple[str, str]]
 # A batch that failed as a whole: (message, status code name, traceback text or None).
 BatchError = tuple[str, str, str | None]
 # A tensor whose bytes travel inside the frame: (name, datatype, shape, bytes).

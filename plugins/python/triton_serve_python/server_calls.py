@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
-from triton_serve.plugin import ServerError
+from triton_serve.plugin import ServerError, Status
 
 from .protocol import Kind, encode
 
@@ -89,5 +89,5 @@ class WorkerCalls:
     def _run(self, method: str, args: tuple[Any, ...]) -> Any:
         handler = self._handlers.get(method)
         if handler is None:
-            raise ServerError(f"the server has no call '{method}' for python backend workers")
+            raise ServerError(f"the server has no call '{method}' for python backend workers", Status.INTERNAL)
         return handler(*args)

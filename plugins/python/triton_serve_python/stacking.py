@@ -3,21 +3,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelConfig, RequestedOutput, ServerError, Tensor,
-                                 concat_inputs, split_outputs)
-
-from .options import parse_flag
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelConfig, ModelSpec, RequestedOutput,
+                                 ServerError, Status, Tensor, concat_inputs, split_outputs)
 
 STACK_REQUESTS = "stack_requests"  # the model parameter that turns stacking on
 
 
-def stacks_requests(config: ModelConfig) -> bool:
-    """Whether the model's ``stack_requests`` parameter is on; a ServerError if it is invalid or cannot apply."""
-    if STACK_REQUESTS not in config.parameters:
+def stacks_requests(model: ModelSpec) -> bool:
+    """Whether the model's ``stack_requests`` parameter is on; a ServerError if it cannot apply."""
+    if not model.parameters.stack_requests:
         return False
-    where = f"parameters of python model '{config.name}'"
-    if not parse_flag(config.parameters[STACK_REQUESTS].string_value, STACK_REQUESTS, where):
-        return False
+    config = model.config
+    where = f"parameters of python model '{model.name}'"
     if config.max_batch_size <= 0:
         raise ServerError(f"{where}: '{STACK_REQUESTS}' needs max_batch_size > 0, since requests are stacked "
                           "along the batch dimension; the model has max_batch_size "
@@ -48,9 +45,14 @@ def stack_requests(requests: Sequence[InferenceRequest], config: ModelConfig) ->
     return stacked
 
 
-def unstack_response(response: InferenceResponse, requests: Sequence[InferenceRequest],
+def unstack_response(response: InferenceResponse | None, requests: Sequence[InferenceRequest],
                      config: ModelConfig) -> list[InferenceResponse]:
-    """Each request's rows of the stacked response, with its parameters; an error fails the whole batch."""
+    """Each request's rows of the stacked response, with its parameters; an error fails the whole batch, and
+    so does None (model.py answered through the response sender, which cannot split a response by request)."""
+    if response is None:
+        raise ServerError(f"python model '{config.name}': with '{STACK_REQUESTS}' on, execute must return the "
+                          "stacked request's response; its response sender cannot answer the requests it holds",
+                          Status.INTERNAL)
     if response.error is not None:
         raise response.error
     responses = split_outputs({tensor.name: tensor.data for tensor in response.outputs}, requests, config)

@@ -40,11 +40,11 @@ def read_responses(results: list[ResponseTuple | None],
         if result is None:
             responses.append(None)
             continue
-        refs, parameters, error = result
-        if error is not None:
-            message, code_name = error
+        if result[2] is not None:
+            message, code_name = result[2]
             responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))
             continue
+        refs, parameters, _ = result
         outputs = [Tensor(ref[0], ref[1], ref[2], read_tensor(output_buffer, ref, copy=True)) for ref in refs]
         responses.append(InferenceResponse(outputs, parameters))
     return responses

@@ -7,7 +7,7 @@ import socket
 import sys
 import traceback
 
-from .arena import TensorLayout, attach, close_mapping
+from .arena import TensorLayout, attach, close_mapping, mapped_bytes
 from .pb_utils.errors import TritonError
 from .pb_utils.logger import set_log_sink
 from .pb_utils.messages import InferenceResponse
@@ -62,12 +62,12 @@ def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArena
               requests: list[RequestTuple], keys: list[int]) -> bytes:
     """The RESULT frame for one batch; a failure anywhere, encoding included, makes it a batch error."""
     try:
-        responses = runner.execute(requests, arenas.input.buf, keys)
+        responses = runner.execute(requests, mapped_bytes(arenas.input), keys)
         layout = TensorLayout()
         results = [_response_tuple(response, layout) for response in responses]
         if layout.size > arenas.output.size:
             arenas.grow_output(channel, layout.size)
-        layout.write(arenas.output.buf)
+        layout.write(mapped_bytes(arenas.output))
         return encode(Kind.RESULT, (None, results))
     except Exception as error:
         return encode(Kind.RESULT, (_batch_error(error, runner.model_name), None))

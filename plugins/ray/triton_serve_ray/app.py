@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from ray import serve
-from ray.serve import Application
+from ray.serve import Application, Deployment
 from ray.serve.handle import DeploymentHandle
 
 from triton_serve.plugin import Server, ServerOptions
@@ -44,10 +44,15 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         raise ValueError(f"no model in {', '.join(options.model_repository)}")
     if INGRESS in names:
         raise ValueError(f"a model may not be named '{INGRESS}': the ingress deployment has that name")
-    models = {name: serve.deployment(ModelReplica).options(name=name, **options.options_for(name))
+    models = {name: _deployment(ModelReplica).options(name=name, **options.options_for(name))
               .bind(options.model_repository, name, options.backend_config) for name in names}
-    ingress = serve.deployment(KServeIngress).options(name=INGRESS, **{**INGRESS_DEFAULTS, **options.ingress_options})
+    ingress = _deployment(KServeIngress).options(name=INGRESS, **{**INGRESS_DEFAULTS, **options.ingress_options})
     return ingress.bind(models, options.server_id, options.http_max_input_size)
+
+
+def _deployment(cls: type) -> Deployment:
+    """``serve.deployment(cls)``: Ray annotates it as returning the decorator even when given the class."""
+    return cast(Deployment, serve.deployment(cls))
 
 
 def deploy(model_repository: str | list[str], *, name: str = "triton", **args: Any) -> DeploymentHandle:

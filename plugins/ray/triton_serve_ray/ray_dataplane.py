@@ -85,18 +85,18 @@ class RayDataPlane:
         return bool(await self._call(name, "model_ready", version))
 
     async def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call(name, "model_metadata", version)  # type: ignore[no-any-return]
+        return await self._call(name, "model_metadata", version)
 
     async def model_config(self, name: str, version: int | None = None) -> ModelConfig:
-        return await self._call(name, "model_config", version)  # type: ignore[no-any-return]
+        return await self._call(name, "model_config", version)
 
     async def model_config_json(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call(name, "model_config_json", version)  # type: ignore[no-any-return]
+        return await self._call(name, "model_config_json", version)
 
     async def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
         """The answering replica's statistics of the model (of every model when ``name`` is empty)."""
         if name:
-            return await self._call(name, "model_statistics", version)  # type: ignore[no-any-return]
+            return await self._call(name, "model_statistics", version)
         if version is not None:
             raise ServerError("statistics for a model version need the model name")
         per_model = await asyncio.gather(*(self._call(model, "model_statistics", None)

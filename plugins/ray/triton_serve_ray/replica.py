@@ -18,7 +18,7 @@ class ModelReplica:
     ``Reply``, so a ServerError reaches the ingress with its Triton status.
     """
 
-    async def __init__(self, model_repository: list[str], model: str,
+    async def __init__(self, model_repository: list[str], model: str,  # type: ignore[misc]  # Ray Serve awaits it
                        backend_config: dict[str, dict[str, str]]) -> None:
         self.model = model
         server = Server(ServerOptions(

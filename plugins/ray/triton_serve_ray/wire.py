@@ -41,7 +41,7 @@ class WireResponse:
 
     outputs: list[Tensor]
     parameters: dict[str, Any]
-    model_version: int
+    model_version: int | None  # the data plane sets the request's version as it resolves the model
 
     def to_response(self) -> InferenceResponse:
         return InferenceResponse(self.outputs, self.parameters)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -59,7 +60,7 @@ class S3Store(ObjectStore):
         except BotoCoreError as error:
             raise StoreError(str(error)) from None
 
-    def _pages(self, **query: str) -> Iterator[dict]:  # type: ignore[type-arg]
+    def _pages(self, **query: str) -> Iterator[dict[str, Any]]:
         with self._translate():
             yield from self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, **query)
 

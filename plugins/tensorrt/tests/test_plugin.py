@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,16 +58,14 @@ def test_non_gpu_instances_are_refused(kit: Any, tmp_path: Path, kind: int) -> N
     spec = ModelSpec("resnet", 1, kit.config(name="resnet"), tmp_path, tmp_path / "1", "model.plan")
     kind_name = ModelInstanceGroup.Kind.Name(kind).removeprefix("KIND_")
     with pytest.raises(ServerError) as caught:
-        TensorRTBackend().create_instance(spec, InstanceSpec("cpu_group_0", group, 0, kind_name))
+        TensorRTBackend().create_model(spec).create_instance(InstanceSpec("cpu_group_0", group, 0, kind_name))
     assert caught.value.message == (f"model 'resnet': instance group 'cpu_group' is KIND_{kind_name}, but TensorRT "
                                     "engines run only on GPUs; use kind: KIND_GPU")
 
 
 @without_tensorrt
 def test_triton_serve_plugins_lists_the_backend_as_unavailable() -> None:
-    command = [shutil.which("triton-serve") or "", "plugins"]
-    if not command[0]:
-        command = [sys.executable, "-m", "triton_serve", "plugins"]
+    command = [str(Path(sys.executable).parent / "triton-serve"), "plugins"]  # this interpreter's, not PATH's
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False,
                             env={**os.environ, PLUGINS_ENV: "tensorrt"})
     assert result.returncode == 0, result.stderr

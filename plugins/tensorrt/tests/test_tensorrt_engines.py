@@ -97,13 +97,14 @@ def test_instances_run_batches_of_several_requests_and_share_the_engine(tmp_path
     group = 'instance_group [ { name: "g" kind: KIND_GPU count: 2 gpus: [ 0 ] profile: ["0", "1"] } ]'
     config = text_format.Parse(LINEAR_CONFIG.format(max_batch=32) + 'name: "linear"\n' + group, ModelConfig())
     spec = ModelSpec("linear", 1, config, tmp_path / "linear", tmp_path / "linear" / "1", "model.plan")
-    backend = TensorRTBackend()
-    instances = [backend.create_instance(spec, InstanceSpec(f"g_{i}", config.instance_group[0], i, "GPU", 0))
+    model = TensorRTBackend().create_model(spec)
+    instances = [model.create_instance(InstanceSpec(f"g_{i}", config.instance_group[0], i, "GPU", 0))
                  for i in range(2)]
 
     async def scenario() -> None:
+        await model.load()
         await asyncio.gather(*(instance.load() for instance in instances))
-        assert backend._shared_engines().users(plan, 0) == 2
+        assert model.engines.users(plan, 0) == 2
         for sizes in ((1, 2, 3), (8, 12), (32,)):  # profile 0, then profile 1 (20 rows), then 32 rows
             inputs = [batch(rows, seed) for seed, rows in enumerate(sizes)]
             responses = await instances[0].execute([request(x) for x in inputs])
@@ -114,7 +115,8 @@ def test_instances_run_batches_of_several_requests_and_share_the_engine(tmp_path
         second = await instances[1].execute([request(batch(5, 9))])
         np.testing.assert_allclose(second[0].outputs[0].data, expected(batch(5, 9)), rtol=1e-5, atol=1e-6)
         await asyncio.gather(*(instance.unload() for instance in instances))
-        assert backend._shared_engines().users(plan, 0) == 0
+        assert model.engines.users(plan, 0) == 0
+        await model.unload()
 
     asyncio.run(scenario())
 

@@ -3,6 +3,7 @@ an engine description, by Triton's TensorRT rules."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
 
 from triton_serve.plugin import DataType, ModelConfig, ServerError
 
@@ -41,7 +42,8 @@ def batching_hint(model: str, config: ModelConfig, engine: EngineDescription) ->
     """What the dims a config gives say about batching: True when they are one shorter than the
     engine's shapes (the batch dimension left out), False when as long, None when no tensor tells."""
     hints: dict[str, bool] = {}
-    for tensor in [*config.input, *config.output]:
+    tensors: list[ConfigTensor] = [*config.input, *config.output]
+    for tensor in tensors:
         found = engine.get(tensor.name)
         dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
         if found is None or found.is_shape_tensor or not dims:
@@ -73,7 +75,7 @@ def _complete_tensors(model: str, tensors: Iterable[ConfigTensor], engine_tensor
 
 def _fill(model: str, tensor: ConfigTensor, found: TensorDescription, batching: bool) -> None:
     if tensor.data_type == DataType.TYPE_INVALID:
-        tensor.data_type = DataType.Value(found.config_type(model))
+        tensor.data_type = cast(DataType, DataType.Value(found.config_type(model)))  # types-protobuf: Value returns int
     if tensor.is_shape_tensor and not found.is_shape_tensor:
         raise ServerError(f"model '{model}': '{tensor.name}' is marked is_shape_tensor in the config, "
                           "but it is an execution tensor of the engine")

@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
-from triton_serve.plugin import Backend, InstanceSpec, ModelInstance, ModelInstanceGroup, ModelSpec, ServerError
+from triton_serve.plugin import Backend, Model, ModelInstanceGroup, ModelSpec, ServerError
 
 from .autocomplete import complete_config
-from .instance import TensorRTInstance
+from .instance import TensorRTModel
 from .plan_files import DEFAULT_PLAN_FILENAME, plan_path
-from .shared_engines import SharedEngines
-
-if TYPE_CHECKING:
-    from .engine import LoadedEngine
 
 INSTALL_COMMAND = "pip install 'triton-serve-tensorrt[tensorrt]'"
 
@@ -41,16 +36,12 @@ def tensorrt_unavailable_reason() -> str | None:
 
 class TensorRTBackend(Backend):
     """Serves ``model.plan`` TensorRT engines. Each instance (KIND_GPU only) gets its own execution
-    context and CUDA stream; the instances of a model version on one GPU share one engine."""
+    context and CUDA stream; the instances of a model version on one GPU share one engine (``TensorRTModel``)."""
 
     name = "tensorrt"
     platforms = ("tensorrt_plan",)
     default_model_filename = DEFAULT_PLAN_FILENAME
     instance_kinds = ("GPU",)  # the core turns KIND_AUTO into KIND_GPU
-
-    def __init__(self, options: dict[str, str] | None = None) -> None:
-        super().__init__(options)
-        self._engines: SharedEngines[LoadedEngine] | None = None
 
     def unavailable_reason(self) -> str | None:
         return tensorrt_unavailable_reason()
@@ -63,17 +54,8 @@ class TensorRTBackend(Backend):
         loaded = load_engine(plan_path(model, device), device)
         complete_config(model.name, model.config, describe_engine(loaded.engine))
 
-    def create_instance(self, model: ModelSpec, instance: InstanceSpec) -> ModelInstance:
-        if instance.kind != "GPU":
-            raise ServerError(f"model '{model.name}': instance group '{instance.group.name}' is KIND_{instance.kind}, "
-                              "but TensorRT engines run only on GPUs; use kind: KIND_GPU")
-        return TensorRTInstance(model, instance, self._shared_engines())
-
-    def _shared_engines(self) -> SharedEngines[LoadedEngine]:
-        if self._engines is None:
-            from .engine import load_engine
-            self._engines = SharedEngines(load_engine)
-        return self._engines
+    def create_model(self, spec: ModelSpec) -> Model:
+        return TensorRTModel(self, spec)
 
 
 def _first_gpu(model: ModelSpec) -> int:

@@ -1,12 +1,13 @@
-"""A TensorRT model instance: one execution context and CUDA stream on its GPU."""
+"""A TensorRT model version and its instances: engines shared per GPU, one execution context and CUDA
+stream per instance, created, run and freed on the instance's thread."""
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
-                                 ServerError, Status, concat_inputs, split_outputs)
+import numpy as np
+
+from triton_serve.plugin import Backend, FrameworkInstance, InstanceSpec, Model, ModelInstance, ModelSpec, ServerError
 
 from .plan_files import plan_path
 from .profiles import profile_indices
@@ -17,64 +18,63 @@ if TYPE_CHECKING:
     from .engine import ExecutionSession, LoadedEngine
 
 
-class TensorRTInstance(ModelInstance):
-    """Runs batches on GPU ``instance.device_id`` with the profiles its instance group allows.
+class TensorRTModel(Model):
+    """One version of a TensorRT model. ``engines`` holds the engine of each (plan file, GPU) that its
+    instances share: loaded by the first instance on that GPU, freed after the last (as Triton's
+    TensorRT backend shares engines between the instances of a model). Instances are KIND_GPU only."""
 
-    ``load`` takes a lease on the engine that all instances of the model version on that GPU share,
-    checks the config against it and creates this instance's execution context and stream;
-    ``execute`` concatenates the batch and runs it in a worker thread; ``unload`` frees it all.
-    """
+    def __init__(self, backend: Backend, spec: ModelSpec) -> None:
+        super().__init__(backend, spec)
+        self.engines: SharedEngines[LoadedEngine] = SharedEngines(_load_engine)
 
-    def __init__(self, model: ModelSpec, instance: InstanceSpec, engines: SharedEngines[LoadedEngine]) -> None:
-        self.model = model
-        self.instance = instance
-        self._engines = engines
-        self._lease: EngineLease[LoadedEngine] | None = None
-        self._session: ExecutionSession | None = None
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        if instance.kind != "GPU":
+            raise ServerError(f"model '{self.spec.name}': instance group '{instance.group.name}' is "
+                              f"KIND_{instance.kind}, but TensorRT engines run only on GPUs; use kind: KIND_GPU")
+        return TensorRTInstance(self, instance)
 
-    async def load(self) -> None:
-        await asyncio.to_thread(self._load)
 
-    def _load(self) -> None:
+class TensorRTInstance(FrameworkInstance):
+    """Runs batches on GPU ``spec.device_id`` with the profiles its instance group allows: ``open`` takes
+    a lease on the model's engine for that GPU, checks the config against it and creates the execution
+    context and stream; ``close`` frees them and returns the lease."""
+
+    model: TensorRTModel
+    _lease: EngineLease[LoadedEngine]
+    _session: ExecutionSession
+
+    def open(self) -> None:
         from .engine import ExecutionSession, describe_engine
 
-        device = self.instance.device_id
-        plan = plan_path(self.model, device)
+        spec, device = self.model.spec, self.spec.device_id
+        plan = plan_path(spec, device)
         try:
-            self._lease = self._engines.acquire(plan, device)
+            lease = self.model.engines.acquire(plan, device)
         except ServerError as error:  # load_engine's errors do not know the model
-            raise ServerError(f"model '{self.model.name}' version {self.model.version}: {error.message}",
-                              error.status) from None
+            raise ServerError(f"model '{spec.name}' version {spec.version}: {error.message}", error.status) from None
         try:
-            description = describe_engine(self._lease.engine.engine)
-            profiles = profile_indices(self.instance.group, description.num_profiles, self.model.name)
-            check_config_against_engine(self.model.name, self.model.config, description, profiles)
-            returned = [output.name for output in self.model.config.output]
-            self._session = ExecutionSession(self.model.name, self._lease.engine, description, device, profiles,
-                                             returned)
+            description = describe_engine(lease.engine.engine)
+            profiles = profile_indices(self.spec.group, description.num_profiles, spec.name)
+            check_config_against_engine(spec.name, spec.config, description, profiles)
+            returned = [output.name for output in spec.config.output]
+            self._session = ExecutionSession(spec.name, lease.engine, description, device, profiles, returned)
         except BaseException:
-            self._lease.release()
-            self._lease = None
+            lease.release()
             raise
+        self._lease = lease
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse]:
-        session = self._session
-        if session is None:
-            raise ServerError(f"model '{self.model.name}' instance '{self.instance.name}' is not loaded",
-                              Status.UNAVAILABLE)
-        arrays = concat_inputs(requests, self.model.config)
-        outputs: dict[str, Any] = await asyncio.to_thread(session.run, arrays)
-        return split_outputs(outputs, requests, self.model.config)
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._session.run(inputs)
 
-    async def unload(self) -> None:
-        await asyncio.to_thread(self._unload)
-
-    def _unload(self) -> None:
-        session, self._session = self._session, None
-        lease, self._lease = self._lease, None
+    def close(self) -> None:
         try:
-            if session is not None:
-                session.close()
+            self._session.close()
         finally:
-            if lease is not None:
-                lease.release()
+            self._lease.release()
+
+
+def _load_engine(plan: Path, device: int) -> LoadedEngine:
+    """``engine.load_engine``, imported only when an engine loads (it imports TensorRT)."""
+    from .engine import load_engine
+
+    return load_engine(plan, device)

@@ -28,9 +28,9 @@ def check_config_against_engine(model: str, config: ModelConfig, engine: EngineD
         _check_batching(model, config.max_batch_size, engine, profiles)
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for tensor in tensors:
-            found = engine.get(tensor.name)
-            assert found is not None  # check_tensor_names saw to it
-            _check_tensor(model, kind, tensor, found, batching, profiles)
+            described = engine.get(tensor.name)
+            assert described is not None  # check_tensor_names saw to it
+            _check_tensor(model, kind, tensor, described, batching, profiles)
 
 
 def check_tensor_names(model: str, config: ModelConfig, engine: EngineDescription) -> None:
@@ -67,9 +67,10 @@ def _check_supported(model: str, config: ModelConfig, engine: EngineDescription)
         if tensor.optional:
             raise ServerError(f"model '{model}': input '{tensor.name}' is optional, but a TensorRT engine "
                               "needs a value for every input", Status.UNSUPPORTED)
-    for tensor in [*config.input, *config.output]:
-        if tensor.is_non_linear_format_io:
-            raise ServerError(f"model '{model}': '{tensor.name}' sets is_non_linear_format_io, which this "
+    every_tensor: list[ConfigTensor] = [*config.input, *config.output]
+    for listed in every_tensor:
+        if listed.is_non_linear_format_io:
+            raise ServerError(f"model '{model}': '{listed.name}' sets is_non_linear_format_io, which this "
                               "backend does not support", Status.UNSUPPORTED)
 
 

@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_serve.plugin import InstanceSpec, ModelConfig, ModelInstanceGroup, ModelSpec, ServerError, Status
 from triton_serve_torch.backend import PyTorchBackend
+from triton_serve_torch.options import TorchModelOptions
 
 
 def test_load_failures_name_the_model_and_the_problem(repo, model_files, tserve, clients, kit):
@@ -39,10 +40,11 @@ def test_load_failures_name_the_model_and_the_problem(repo, model_files, tserve,
                     ["output 'OUTPUT__1' is TYPE_STRING"]),
         "bad_parameter": (model_files.mlp_script, kit.mlp_config(extra="""
             parameters { key: "INFERENCE_MODE" value { string_value: "maybe" } }"""),
-                          ["parameter INFERENCE_MODE must be \"true\" or \"false\", got \"maybe\""]),
+                          ["backend 'pytorch': model 'bad_parameter' parameter 'INFERENCE_MODE' has invalid value "
+                           "'maybe': expected true/false, on/off or 1/0"]),
         "bad_thread_count": (model_files.mlp_script, kit.mlp_config(extra="""
             parameters { key: "INTRA_OP_THREAD_COUNT" value { string_value: "-2" } }"""),
-                             ["parameter INTRA_OP_THREAD_COUNT must be a whole number"]),
+                             ["parameter 'INTRA_OP_THREAD_COUNT' has invalid value '-2': expected an integer >= 0"]),
         "exported_wrong_dtype": (model_files.mlp_exported, kit.mlp_config().replace(
             'name: "INPUT__1" data_type: TYPE_FP32', 'name: "INPUT__1" data_type: TYPE_INT64'),
                                  ["the config declares input 'INPUT__1' as TYPE_INT64",
@@ -123,10 +125,11 @@ def test_kind_gpu_with_a_cpu_only_torch_is_refused_by_the_backend(repo, model_fi
     """A machine can have a GPU while torch is a CPU build: the backend itself must refuse KIND_GPU."""
     version = repo.add("on_gpu", model_files.mlp_script, None)
     config = text_format.Parse(kit.mlp_config(), ModelConfig())
-    spec = ModelSpec("on_gpu", 1, config, version.parent, version, PyTorchBackend.default_model_filename)
+    spec = ModelSpec("on_gpu", 1, config, version.parent, version, PyTorchBackend.default_model_filename,
+                     parameters=TorchModelOptions())
     group = ModelInstanceGroup(name="on_gpu_0", kind=ModelInstanceGroup.KIND_GPU, gpus=[0])
     with pytest.raises(ServerError) as raised:
-        PyTorchBackend().create_instance(spec, InstanceSpec("on_gpu_0_0", group, 0, "GPU", 0))
+        PyTorchBackend().create_model(spec).create_instance(InstanceSpec("on_gpu_0_0", group, 0, "GPU", 0))
     assert raised.value.status is Status.UNAVAILABLE
     assert "pytorch model 'on_gpu' instance 'on_gpu_0_0' is KIND_GPU (GPU 0), but torch" in raised.value.message
     assert "cannot use CUDA on this machine; use KIND_CPU or install a CUDA build of torch" in raised.value.message

@@ -12,26 +12,32 @@ import tritonclient.http as http
 from google.protobuf import text_format
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelConfig, ModelInstanceGroup,
-                                 ModelSpec, Tensor)
+                                 ModelSpec, Tensor, model_parameters)
 from triton_serve_torch.backend import PyTorchBackend
+from triton_serve_torch.instance import PyTorchModelInstance
 
 RNG = np.random.default_rng(11)
 
 
 def run_instance(version_dir, config_text: str, requests: Sequence[InferenceRequest], kind: str = "CPU",
                  backend: PyTorchBackend | None = None) -> list[InferenceResponse]:
-    """Create, load and execute one instance directly (no server), then unload it."""
+    """Create and load the model and one instance directly (no server), execute, then unload them."""
     config = text_format.Parse(config_text, ModelConfig())
     spec = ModelSpec(version_dir.parent.name, 1, config, version_dir.parent, version_dir, "model.pt")
     group = ModelInstanceGroup(name="group", kind=ModelInstanceGroup.Kind.Value(f"KIND_{kind}"))
-    instance = (backend or PyTorchBackend()).create_instance(spec, InstanceSpec("group_0", group, 0, kind))
+    backend = backend or PyTorchBackend()
+    spec.parameters = model_parameters(backend, spec)  # as the core does
+    model = backend.create_model(spec)
 
     async def run() -> list[InferenceResponse]:
+        await model.load()
+        instance = model.create_instance(InstanceSpec("group_0", group, 0, kind))
         await instance.load()
         try:
             return list(await instance.execute(requests))
         finally:
             await instance.unload()
+            await model.unload()
 
     return asyncio.run(run())
 
@@ -130,6 +136,38 @@ def test_first_model_to_size_the_thread_pool_wins(repo, model_files, kit, caplog
     finally:
         torch.set_num_threads(threads)
     assert "INTRA_OP_THREAD_COUNT=2 is ignored: model 'first' set it to 1 first" in caplog.text
+
+
+def test_forward_runs_with_the_thread_count_its_model_set(repo, model_files, tserve, kit, monkeypatch):
+    """torch applies a new intra-op count only to threads that have not run torch yet: a model that sets
+    INTRA_OP_THREAD_COUNT after another model ran still runs forward with it (on its instance's new thread)."""
+    seen: dict[str, list[int]] = {"plain": [], "sized": []}
+    run = PyTorchModelInstance.run
+
+    def counting_run(self: PyTorchModelInstance, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        seen[self.model_name].append(torch.get_num_threads())
+        return run(self, inputs)
+
+    monkeypatch.setattr(PyTorchModelInstance, "run", counting_run)
+    threads = torch.get_num_threads()
+    count = 2 if threads == 1 else 1
+    extra = f'parameters {{ key: "INTRA_OP_THREAD_COUNT" value {{ string_value: "{count}" }} }}'
+    repo.add("plain", model_files.mlp_script, kit.mlp_config())
+    repo.add("sized", model_files.mlp_script, kit.mlp_config(extra=extra))
+    server = tserve(repo.root, model_control_mode="explicit")
+    try:
+        with http.InferenceServerClient(server.http_url) as client:
+            for name in ("plain", "sized"):
+                client.load_model(name)
+                _, x, y = mlp_request(1)
+                inputs = [http.InferInput(tensor, list(array.shape), "FP32")
+                          for tensor, array in (("INPUT__0", x), ("INPUT__1", y))]
+                inputs[0].set_data_from_numpy(x)
+                inputs[1].set_data_from_numpy(y)
+                client.infer(name, inputs)
+    finally:
+        torch.set_num_threads(threads)
+    assert seen["plain"] == [threads] and seen["sized"] == [count]
 
 
 def test_dynamic_batching_serves_concurrent_requests(repo, model_files, tserve, kit):

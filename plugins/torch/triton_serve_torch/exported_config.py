@@ -3,6 +3,7 @@ and check a config's tensors against the program at load."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from triton_serve.plugin import DataType, ModelConfig, ModelInput, ModelOutput, ServerError
 
@@ -36,8 +37,8 @@ def check_config(model: str, config: ModelConfig, inputs: Sequence[TensorSignatu
     batching = config.max_batch_size > 0
     for spec in config.input:
         _check(model, "input", spec, inputs[input_positions[spec.name]], batching)
-    for spec in config.output:
-        _check(model, "output", spec, outputs[output_positions[spec.name]], batching)
+    for output in config.output:
+        _check(model, "output", output, outputs[output_positions[output.name]], batching)
 
 
 def _describe(model: str, kind: str, spec: ModelInput | ModelOutput, name: str, tensor: TensorSignature,
@@ -46,7 +47,7 @@ def _describe(model: str, kind: str, spec: ModelInput | ModelOutput, name: str, 
         raise ServerError(f"pytorch model '{model}': exported program {kind} '{tensor.name}' is {tensor.dtype}, "
                           "which has no Triton datatype")
     spec.name = name
-    spec.data_type = DataType.Value(CONFIG_TYPES[tensor.dtype])
+    spec.data_type = cast(DataType, DataType.Value(CONFIG_TYPES[tensor.dtype]))  # types-protobuf: Value returns int
     dims = tensor.shape[1:] if batching else tensor.shape
     if dims:
         spec.dims.extend(dims)

@@ -1,17 +1,13 @@
-"""One loaded copy of a PyTorch model: binds config tensors to forward and executes batches."""
+"""One loaded copy of a PyTorch model: binds config tensors to forward and runs batches on its thread."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from triton_serve.plugin import (DataType, InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ModelSpec,
-                                 ServerError, Status, concat_inputs, split_outputs)
+from triton_serve.plugin import DataType, FrameworkInstance, InstanceSpec, ServerError, Status
 
 from .datatypes import to_array, to_tensor, torch_dtype
 from .exported_config import check_config
@@ -19,88 +15,78 @@ from .modelfile import ExportedModel, LoadedModel, TorchScriptModel, error_summa
 from .naming import bind_inputs, bind_outputs
 from .options import TorchModelOptions
 
+if TYPE_CHECKING:
+    from .model import PyTorchModel
 
-class PyTorchModelInstance(ModelInstance):
+
+class PyTorchModelInstance(FrameworkInstance):
     """Loads the model file onto the instance's device (``None``: as saved, KIND_MODEL) and runs
-    forward in a worker thread under ``torch.inference_mode`` (``torch.no_grad`` when INFERENCE_MODE
-    is false). Inputs go to the model's device, or stay on the CPU for KIND_MODEL, as in Triton."""
+    forward under ``torch.inference_mode`` (``torch.no_grad`` when INFERENCE_MODE is false). Inputs
+    go to the model's device, or stay on the CPU for KIND_MODEL, as in Triton."""
 
-    def __init__(self, model: ModelSpec, instance: InstanceSpec, path: Path, options: TorchModelOptions,
-                 device: torch.device | None) -> None:
-        self.spec = model
-        self.instance = instance
-        self.path = path
-        self.options = options
+    model: PyTorchModel
+    loaded: LoadedModel
+
+    def __init__(self, model: PyTorchModel, spec: InstanceSpec, device: torch.device | None) -> None:
+        super().__init__(model, spec)
+        self.model_name = model.spec.name
         self.device = device
         self.input_device = device or torch.device("cpu")
-        self.input_types = {t.name: torch_dtype(t.data_type) for t in model.config.input}
-        self.output_types = {t.name: torch_dtype(t.data_type) for t in model.config.output}
-        self.loaded: LoadedModel | None = None
+        self.input_types = {t.name: torch_dtype(t.data_type) for t in model.spec.config.input}
+        self.output_types = {t.name: torch_dtype(t.data_type) for t in model.spec.config.output}
         self.input_positions: dict[str, int] = {}
         self.output_positions: dict[str, int] = {}
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    async def load(self) -> None:
-        kind = "an exported program" if self.path.suffix == ".pt2" else "TorchScript"
+    def open(self) -> None:
+        path, name, config = self.model.path, self.model_name, self.model.spec.config
+        kind = "an exported program" if path.suffix == ".pt2" else "TorchScript"
         try:
-            loaded = await asyncio.to_thread(load_model, self.path, self.device)
+            loaded = load_model(path, self.device)
         except Exception as error:  # torch raises RuntimeError, BadZipFile, pickle and value errors
-            raise ServerError(f"pytorch model '{self.name}': cannot load '{self.path.name}' as {kind}: "
+            raise ServerError(f"pytorch model '{name}': cannot load '{path.name}' as {kind}: "
                               f"{error_summary(error)}") from None
-        config = self.spec.config
         if not loaded.takes_dict:
-            self.input_positions = bind_inputs(self.name, [t.name for t in config.input],
+            self.input_positions = bind_inputs(name, [t.name for t in config.input],
                                                [argument.name for argument in loaded.arguments])
             unfed = [argument.name for position, argument in enumerate(loaded.arguments)
                      if argument.required and position not in self.input_positions.values()]
             if unfed:
-                raise ServerError(f"pytorch model '{self.name}': forward argument(s) {unfed} have no default "
+                raise ServerError(f"pytorch model '{name}': forward argument(s) {unfed} have no default "
                                   "and no config input feeds them")
-        self.output_positions = bind_outputs(self.name, [t.name for t in config.output], loaded.output_count)
+        self.output_positions = bind_outputs(name, [t.name for t in config.output], loaded.output_count)
         if isinstance(loaded, ExportedModel):
-            check_config(self.name, config, loaded.inputs, loaded.outputs, self.input_positions,
+            check_config(name, config, loaded.inputs, loaded.outputs, self.input_positions,
                          self.output_positions)
         self.loaded = loaded
 
-    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse]:
-        arrays = concat_inputs(requests, self.spec.config)
-        outputs = await asyncio.to_thread(self._forward, arrays)
-        return split_outputs(outputs, requests, self.spec.config)
-
-    async def unload(self) -> None:
-        self.loaded = None
-        if self.input_device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    def _forward(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Worker thread: numpy inputs -> forward -> numpy outputs by config name."""
-        loaded = self.loaded
-        if loaded is None:
-            raise ServerError(f"pytorch model '{self.name}' instance '{self.instance.name}' is not loaded",
-                              Status.UNAVAILABLE)
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """numpy inputs -> forward -> numpy outputs by config name."""
+        loaded, options = self.loaded, self.model.options
         tensors = {name: to_tensor(array, self._input_type(name), self.input_device)
-                   for name, array in arrays.items()}
+                   for name, array in inputs.items()}
         arguments = [tensors] if loaded.takes_dict else self._arguments(loaded, tensors)
         with self._execution_mode(loaded):
             try:
                 results = loaded.run(arguments)
             except ServerError as error:
-                raise ServerError(f"pytorch model '{self.name}': {error.message}", error.status) from None
+                raise ServerError(f"pytorch model '{self.model_name}': {error.message}", error.status) from None
             except Exception as error:  # what forward raises is the model's failure, not the server's
-                raise ServerError(f"pytorch model '{self.name}' failed to execute: {error_summary(error)}",
+                raise ServerError(f"pytorch model '{self.model_name}' failed to execute: {error_summary(error)}",
                                   Status.INTERNAL) from None
             outputs = {name: self._output(name, results) for name in self.output_positions}
-        if self.options.enable_cache_cleaning and self.input_device.type == "cuda":
+        if options.enable_cache_cleaning and self.input_device.type == "cuda":
             torch.cuda.empty_cache()
         return outputs
+
+    def close(self) -> None:
+        del self.loaded
+        if self.input_device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _input_type(self, name: str) -> torch.dtype:
         dtype = self.input_types.get(name)
         if dtype is None:
-            raise ServerError(f"pytorch model '{self.name}' got input '{name}', which its config does not declare "
+            raise ServerError(f"pytorch model '{self.model_name}' got input '{name}', which its config does not declare "
                               "as a tensor input")
         return dtype
 
@@ -111,7 +97,7 @@ class PyTorchModelInstance(ModelInstance):
             if position in given:
                 arguments.append(given[position])
             elif argument.required:
-                raise ServerError(f"pytorch model '{self.name}' needs a tensor for forward argument "
+                raise ServerError(f"pytorch model '{self.model_name}' needs a tensor for forward argument "
                                   f"'{argument.name}', which has no default; the request left its input out")
             else:
                 arguments.append(argument.default)
@@ -120,26 +106,27 @@ class PyTorchModelInstance(ModelInstance):
     def _output(self, name: str, results: list[Any]) -> np.ndarray:
         index = self.output_positions[name]
         if index >= len(results):
-            raise ServerError(f"pytorch model '{self.name}': output '{name}' refers to forward's result "
-                              f"{index}, but forward returned {len(results)} result(s)")
+            raise ServerError(f"pytorch model '{self.model_name}': output '{name}' refers to forward's result "
+                              f"{index}, but forward returned {len(results)} result(s)", Status.INTERNAL)
         value = results[index]
         if not isinstance(value, torch.Tensor):
-            raise ServerError(f"pytorch model '{self.name}': output '{name}' is forward's result {index}, a "
+            raise ServerError(f"pytorch model '{self.model_name}': output '{name}' is forward's result {index}, a "
                               f"{type(value).__name__}, not a Tensor", Status.INTERNAL)
         expected = self.output_types[name]
         if value.dtype != expected:
-            declared = next(DataType.Name(t.data_type) for t in self.spec.config.output if t.name == name)
-            raise ServerError(f"pytorch model '{self.name}': output '{name}' is {value.dtype}, but the config "
+            declared = next(DataType.Name(t.data_type) for t in self.model.spec.config.output if t.name == name)
+            raise ServerError(f"pytorch model '{self.model_name}': output '{name}' is {value.dtype}, but the config "
                               f"declares {declared}", Status.INTERNAL)
         return to_array(value)
 
     def _execution_mode(self, loaded: LoadedModel) -> contextlib.ExitStack:
         """Autograd off, and for TorchScript the JIT switches the model's parameters ask for."""
         stack = contextlib.ExitStack()
-        stack.enter_context(torch.inference_mode() if self.options.inference_mode else torch.no_grad())
+        options = self.model.options
+        stack.enter_context(torch.inference_mode() if options.inference_mode else torch.no_grad())
         if isinstance(loaded, TorchScriptModel):
-            stack.enter_context(torch.jit.optimized_execution(not self.options.disable_optimized_execution))
-            set_jit_switches(self.options)
+            stack.enter_context(torch.jit.optimized_execution(not options.disable_optimized_execution))
+            set_jit_switches(options)
         return stack
 
 
