@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Install triton-serve for development on Debian, as root: core + plugins (editable), perf_analyzer, optionally Triton.
+# Install triton-serve for development on Debian 12 or Ubuntu 24.04: a virtual environment with the core and
+# every plugin (editable) and their test tools, perf_analyzer, azurite and kubectl; optionally a real Triton.
 #
-#   scripts/install.sh                 # core[test] and every plugins/*/[test] into python3, plus <repo>/pa-venv
+#   scripts/install.sh                 # <repo>/.venv (core[test], every plugins/*/[test]), pa-venv, .npm-tools
 #   scripts/install.sh --with-triton   # also <repo>/triton-venv and <repo>/tritonserver (real Triton 2.51, benchmarks only)
 #
-# Safe to re-run: each step skips what is already in place.
+# The Debian packages it needs (python3-venv, nodejs, npm, ...) come from apt when run as root. Safe to re-run:
+# each step skips what is already in place.
 set -euo pipefail
 shopt -s nullglob
 
@@ -15,12 +17,12 @@ with_triton=false
 for arg in "$@"; do
     case "$arg" in
         --with-triton) with_triton=true ;;
-        -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
 
-export PIP_ROOT_USER_ACTION=ignore  # installing into the root interpreter is the point here
+venv="$repo/.venv"
 
 step() { echo "==> $*"; }
 
@@ -32,14 +34,19 @@ install_debian_packages() {
     if ((${#missing[@]} == 0)); then
         return
     fi
+    if ((EUID != 0)); then
+        echo "install.sh: these Debian packages are missing: ${missing[*]}" >&2
+        echo "install.sh: install them as root (apt-get install ${missing[*]}), or run this script as root" >&2
+        exit 1
+    fi
     step "apt-get install ${missing[*]}"
     local known=true
     for pkg in "${missing[@]}"; do
-        apt-cache policy "$pkg" | grep -q "Candidate: [^(]" || known=false
+        apt_has_candidate "$pkg" || known=false
     done
     # Update the package lists only when they lack a package or are too old to fetch it.
     if ! $known || ! apt_install "${missing[@]}"; then
-        apt-get update -q
+        update_package_lists
         apt_install "${missing[@]}"
     fi
 }
@@ -48,13 +55,41 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
 }
 
+apt_has_candidate() {
+    apt-cache policy "$1" 2>/dev/null | grep -q "Candidate: [^(]"
+}
+
+lists_updated=false
+update_package_lists() {
+    if ! $lists_updated; then
+        apt-get update -q
+        lists_updated=true
+    fi
+}
+
+apt_offers() {
+    # Whether apt can install package $1, updating the package lists first (as root) when they lack it.
+    apt_has_candidate "$1" || { ((EUID == 0)) && update_package_lists && apt_has_candidate "$1"; }
+}
+
+create_venv() {
+    # A venv whose pip runs is kept; a half-made one (python3-venv was missing, say) is made again.
+    if "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        return
+    fi
+    step "python3 -m venv .venv"
+    python3 -m venv --clear "$venv"
+}
+
 install_python_packages() {
     local project targets=(-e ".[test]")
     for project in plugins/*/pyproject.toml; do
         targets+=(-e "${project%/pyproject.toml}[test]")
     done
-    step "python3 -m pip install ${targets[*]}"
-    python3 -m pip install -q -c scripts/constraints.txt "${targets[@]}"
+    # Debian 12's venv pip (23.0) fails to resolve plugins that require each other's editable installs.
+    "$venv/bin/python" -m pip install -q "pip>=24"
+    step ".venv/bin/python -m pip install ${targets[*]}"
+    "$venv/bin/python" -m pip install -q -c scripts/constraints.txt "${targets[@]}"
 }
 
 install_perf_analyzer() {
@@ -72,9 +107,12 @@ install_perf_analyzer() {
 
 install_azurite() {
     # azurite, the Azure Blob Storage emulator that plugins/storage's tests run, from npm into <repo>/.npm-tools.
-    if [[ ! -x .npm-tools/node_modules/.bin/azurite-blob ]]; then
-        step "npm install azurite into .npm-tools"
-        npm install --prefix .npm-tools --no-audit --no-fund --loglevel=error azurite@3
+    # 3.35.0 is the last that runs on the Node.js 18 of Debian 12 and Ubuntu 24.04 (3.36 needs 21, 3.37 needs 22).
+    local version=3.35.0 installed
+    installed="$(node -p "require('./.npm-tools/node_modules/azurite/package.json').version" 2>/dev/null || true)"
+    if [[ $installed != "$version" ]]; then
+        step "npm install azurite@$version into .npm-tools"
+        npm install --prefix .npm-tools --no-audit --no-fund --loglevel=error "azurite@$version"
     fi
 }
 
@@ -95,13 +133,24 @@ install_triton() {
     echo "tritonserver: $repo/tritonserver/bin/tritonserver (libraries in $repo/triton-venv, see bench/README.md)"
 }
 
-install_debian_packages libb64-0d
+# libb64 for perf_analyzer; python3-venv for venv's pip bootstrap (ensurepip), which Debian's python3 leaves out.
+debian_packages=(libb64-0d)
+python3 -c "import ensurepip" 2>/dev/null || debian_packages+=(python3-venv)
 # kubectl (its `kustomize`) for tests/test_deploy_manifests.py; a kubectl already installed by another
-# package (Google Cloud's, say) stays, as Debian's kubernetes-client would clash with it.
-command -v kubectl >/dev/null || install_debian_packages kubernetes-client
+# package (Google Cloud's, say) stays, as Debian's kubernetes-client would clash with it. Ubuntu has no
+# kubernetes-client package: there the deployment tests skip unless kubectl is installed some other way.
+if ! command -v kubectl >/dev/null; then
+    if apt_offers kubernetes-client; then
+        debian_packages+=(kubernetes-client)
+    else
+        echo "install.sh: apt offers no kubernetes-client here, so no kubectl: tests/test_deploy_manifests.py will skip"
+    fi
+fi
 # Node.js and npm for azurite; a Node.js that brings its own npm (NodeSource's) stays, as Debian's npm
 # package would clash with it.
-command -v npm >/dev/null || install_debian_packages nodejs npm
+command -v npm >/dev/null || debian_packages+=(nodejs npm)
+install_debian_packages "${debian_packages[@]}"
+create_venv
 install_python_packages
 install_azurite
 install_perf_analyzer
