@@ -102,6 +102,12 @@ for port in 8000 8001 8002; do
         exit 1
     fi
 done
+mkdir -p "$work"
+exec 9>"$work/lock"
+if ! flock --nonblock 9; then
+    echo "check_fresh_install.sh: another check of $suite is running" >&2
+    exit 1
+fi
 [[ -x $base/usr/bin/python3 ]] || make_base
 if grep -q " $root/" /proc/mounts; then
     echo "check_fresh_install.sh: something is mounted under $root; unmount it first" >&2

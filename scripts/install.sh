@@ -29,7 +29,7 @@ step() { echo "==> $*"; }
 install_debian_packages() {
     local pkg missing=()
     for pkg in "$@"; do
-        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+        [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) == *"ok installed" ]] || missing+=("$pkg")
     done
     if ((${#missing[@]} == 0)); then
         return
@@ -56,7 +56,10 @@ apt_install() {
 }
 
 apt_has_candidate() {
-    apt-cache policy "$1" 2>/dev/null | grep -q "Candidate: [^(]"
+    # No pipe into grep -q: under pipefail, apt-cache killed by SIGPIPE would read as "no candidate".
+    local policy
+    policy="$(apt-cache policy "$1" 2>/dev/null)"
+    [[ $policy =~ Candidate:\ [^\(] ]]
 }
 
 lists_updated=false
