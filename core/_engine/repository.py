@@ -413,7 +413,7 @@ class ModelRepository:
             kind = spec.config.WhichOneof("scheduling_choice") or "default"
             factory = self.plugins.schedulers.get(kind)
             assert factory is not None
-            pool = InstancePool(spec, version.instances, specs, stats=version.stats, limiter=self.options.rate_limiter)
+            pool = InstancePool(spec, version.instances, stats=version.stats, limiter=self.options.rate_limiter)
             version.scheduler = factory(ModelContext(spec, pool, version.stats, self.client))
             await version.scheduler.start()
         except Exception as error:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .backend import InstanceSpec, ModelInstance, ModelSpec
+from .backend import ModelInstance, ModelSpec
 from .batch import request_batch_size
 from .client import InferenceClient
 from .errors import ServerError, Status, internal, unexpected
@@ -34,8 +34,7 @@ class InstancePool:
     statistics.
     """
 
-    def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance],
-                 specs: Sequence[InstanceSpec] = (), *, stats: ModelStats | None = None,
+    def __init__(self, model: ModelSpec, instances: Sequence[ModelInstance], *, stats: ModelStats | None = None,
                  limiter: RateLimiter | None = None) -> None:
         self.model = model
         self.instances = list(instances)
@@ -43,7 +42,7 @@ class InstancePool:
         self._limiter = limiter
         self._claims: dict[int, ResourceClaim] = {}
         if limiter is not None:
-            self._claims = {id(i): limiter.claim(model.name, s) for i, s in zip(instances, specs)}
+            self._claims = {id(i): limiter.claim(model.name, i.spec) for i in instances}
         self._idle: deque[ModelInstance] = deque(self.instances)
         self._waiters: deque[asyncio.Future[ModelInstance]] = deque()
 
