@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from run_add_sub import LOOPBACK, PERF_ANALYZER, REPO, SCRIPTS, free_ports, running, server_flags  # noqa: E402
+from run_add_sub import (LOOPBACK, PERF_ANALYZER, REPO, SCRIPTS, free_ports, running, server_flags,  # noqa: E402
+                         triton_command)
 
 # (stage, markers): the first stage one of whose markers appears in a frame, innermost frame first.
 STAGES = [
@@ -35,14 +36,14 @@ STAGES = [
                                      "triton_serve_python/pb_utils", "triton_serve_python/protocol.py")),
     ("python backend: server side", ("triton_serve_python/",)),
     ("dynamic batcher", ("triton_serve_batching/",)),
-    ("instance pool, statistics", ("triton_serve/scheduling.py", "triton_serve/statistics.py",
-                                   "triton_serve/ratelimit.py")),
-    ("validation, output shaping", ("triton_serve/route.py",)),
-    ("data plane", ("triton_serve/dataplane.py", "triton_serve/inference.py")),
-    ("owner <-> front-end channel", ("triton_serve/channel.py", "triton_serve/frontend_pool.py",
-                                     "triton_serve/frontend_process.py")),
-    ("HTTP codec and handler", ("triton_serve/http/",)),
-    ("gRPC codec and servicer", ("triton_serve/grpc_frontend/",)),
+    ("instance pool, statistics", ("triton_serve/_engine/scheduling.py", "triton_serve/_engine/statistics.py",
+                                   "triton_serve/_engine/ratelimit.py", "triton_serve/_engine/builtins/")),
+    ("validation, output shaping", ("triton_serve/_engine/route.py",)),
+    ("data plane", ("triton_serve/_engine/tracing.py", "triton_serve/_engine/shared_memory_tensors.py", "triton_serve/_engine/dataplane.py", "triton_serve/_engine/inference.py")),
+    ("owner <-> front-end channel", ("triton_serve/_engine/channel.py", "triton_serve/_engine/frontend_pool.py",
+                                     "triton_serve/_engine/frontend_process.py")),
+    ("HTTP codec and handler", ("triton_serve/_engine/http/",)),
+    ("gRPC codec and servicer", ("triton_serve/_engine/grpc_frontend/",)),
     ("HTTP server (uvicorn, httptools)", ("uvicorn/", "httptools", "h11", "hypercorn/")),
     ("gRPC library (grpc.aio)", ("grpc/", "grpc_", "protobuf")),
     ("event loop", ("asyncio/", "uvloop", "selectors.py")),
@@ -58,6 +59,40 @@ def stage_of(stack: str) -> str:
     return "other"
 
 
+def cpu_seconds(root: int) -> dict[str, tuple[float, float, int]]:
+    """User and system CPU seconds, and voluntary context switches, of ``root`` and of each of its
+    descendants, by 'pid name'."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[str, tuple[float, float, int]] = {}
+    parents: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
+    switches: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+            parents[int(entry.name)] = int(rest[1])
+            stats[int(entry.name)] = [name, rest[11], rest[12]]
+            voluntary = 0
+            try:
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches"):
+                        voluntary = int(line.split()[1])
+            except OSError:
+                pass
+            switches[int(entry.name)] = voluntary
+    for pid, (name, utime, stime) in stats.items():
+        ancestor = pid
+        while ancestor not in (0, 1, root):
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == root:
+            found[f"{pid} {name}"] = (int(utime) / tick, int(stime) / tick, switches[pid])
+    return found
+
+
 def inference_count(http_port: int) -> int:
     stats = httpx.get(f"http://{LOOPBACK}:{http_port}/v2/models/add_sub/stats").json()
     return int(stats["model_stats"][0]["inference_count"])
@@ -71,6 +106,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--batched", action="store_true", help="add dynamic_batching {} to add_sub")
     parser.add_argument("--ours-flags", default="")
+    parser.add_argument("--raw-output", help="also keep py-spy's raw stacks in this file")
+    parser.add_argument("--triton", action="store_true", help="measure the real Triton's CPU per request instead "
+                        "(no stages: py-spy cannot read it)")
     args = parser.parse_args()
     ports = free_ports()
     scratch = Path(tempfile.mkdtemp(prefix="profile-"))
@@ -81,9 +119,12 @@ def main() -> int:
         config = scratch / "add_sub" / "config.pbtxt"
         config.write_text(config.read_text() + "\ndynamic_batching { }\n")
         repository = scratch
-    command = [str(SCRIPTS / "triton-serve"), *server_flags(repository, "add_sub", ports), *args.ours_flags.split()]
+    command, env = [str(SCRIPTS / "triton-serve"), *server_flags(repository, "add_sub", ports),
+                    *args.ours_flags.split()], dict(os.environ)
+    if args.triton:
+        command, env = triton_command(server_flags(repository, "add_sub", ports))
     base = f"http://{LOOPBACK}:{ports.http}/v2"
-    with running(command, dict(os.environ), [f"{base}/health/ready", f"{base}/models/add_sub/ready"], 120,
+    with running(command, env, [f"{base}/health/ready", f"{base}/models/add_sub/ready"], 120,
                  scratch / "server.log") as server:
         port = ports.http if args.protocol == "http" else ports.grpc
         load = subprocess.Popen(
@@ -93,17 +134,25 @@ def main() -> int:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(3)  # past perf_analyzer's warm-up
         before = inference_count(ports.http)
+        cpu_before = cpu_seconds(server.pid)
         raw = scratch / "stacks.txt"
-        subprocess.run(["py-spy", "record", "--gil", "--subprocesses", "--nonblocking", "-r", str(args.rate),
-                        "-d", str(args.seconds), "-f", "raw", "-o", str(raw), "-p", str(server.pid)],
-                       check=True, capture_output=True)
+        if args.triton:  # CPU only: py-spy reads Python stacks
+            time.sleep(args.seconds)
+            raw.write_text("")
+        else:
+            subprocess.run([str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--subprocesses",
+                            "--nonblocking", "-r", str(args.rate), "-d", str(args.seconds), "-f", "raw", "-o", str(raw),
+                            "-p", str(server.pid)], check=True, capture_output=True)
         requests = inference_count(ports.http) - before
+        cpu_after = cpu_seconds(server.pid)
         load.kill()
+    if args.raw_output:
+        subprocess.run(["cp", str(raw), args.raw_output], check=True)
     samples: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         samples[stage_of(stack)] += int(count)
-    total = sum(samples.values())
+    total = max(sum(samples.values()), 1)
     print(f"{args.protocol} c={args.concurrency}{' batched' if args.batched else ''} {args.ours_flags}: "
           f"{requests} requests in {args.seconds} s ({requests / args.seconds:,.0f} infer/s), "
           f"{total / args.rate / args.seconds:.2f} cores holding a GIL\n")
@@ -111,6 +160,13 @@ def main() -> int:
     for stage, count in samples.most_common():
         print(f"| {stage} | {count / args.rate / requests * 1e6:.1f} | {count / total:.0%} |")
     print(f"| total | {total / args.rate / requests * 1e6:.1f} | 100% |")
+    print("\n| process | CPU µs per request: user + system (/proc) | voluntary context switches per request |")
+    print("|---|---|---|")
+    for process, (user, system, switched) in cpu_after.items():
+        user0, system0, switched0 = cpu_before.get(process, (0.0, 0.0, 0))
+        if user + system > user0 + system0:
+            print(f"| {process} | {(user - user0) / requests * 1e6:.1f} + {(system - system0) / requests * 1e6:.1f} | "
+                  f"{(switched - switched0) / requests:.2f} |")
     return 0
 
 
