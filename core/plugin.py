@@ -23,15 +23,17 @@ from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynami
                                               ModelQueuePolicy, ModelSequenceBatching)
 from ._engine.registry import BackendRegistry, CacheRegistry, SchedulerRegistry
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
+from ._engine.seam import DataPlaneAPI, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
-from ._engine.statistics import ComputeTiming
+from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
 
 __all__ = [
     # hooks and registries
     "hookimpl", "BackendRegistry", "SchedulerRegistry", "CacheRegistry",
     # backends: backend -> model -> instance
     "Backend", "ModelSpec", "Model", "InstanceSpec", "ModelInstance", "FrameworkInstance", "ComputeTiming",
+    "mark_inputs_ready", "mark_outputs_ready",
     # requests, responses, tensors
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
@@ -49,5 +51,5 @@ __all__ = [
     # custom metrics, devices
     "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
     # embedding the server in another host (triton-serve-ray)
-    "Server", "ServerOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE",
+    "Server", "ServerOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from triton_serve._engine.http.serving import _CoalescingTransport
+from triton_serve._engine.http.infer_protocol import CoalescingTransport
 
 
 class _RecordingTransport:
@@ -28,7 +28,7 @@ class _RecordingTransport:
 def test_writes_of_one_loop_turn_leave_together_and_close_flushes_first() -> None:
     async def scenario() -> _RecordingTransport:
         raw = _RecordingTransport()
-        transport = _CoalescingTransport(raw)  # type: ignore[arg-type]
+        transport = CoalescingTransport(raw)  # type: ignore[arg-type]
         transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
         transport.write(b"{}")
         assert raw.writes == []  # nothing leaves before the turn ends

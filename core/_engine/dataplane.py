@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 class DataPlane:
     """Health, metadata, inference and repository control, independent of the wire protocol.
 
-    This is the API every front-end calls (``RemoteDataPlane`` offers the same methods in front-end
-    processes). Inference has one path: ``submit`` reads inputs that name a shared-memory region,
+    It answers the seam every front-end calls (``seam.DataPlaneAPI``; ``RemoteDataPlane`` forwards it from
+    front-end processes). Inference has one path: ``submit`` reads inputs that name a shared-memory region,
     validates the request, answers it from the response cache or hands it to the model's scheduler,
     and passes every response through the version's output shaping, statistics and shared-memory
     outputs on its way to the consumer.
@@ -156,9 +156,6 @@ class DataPlane:
                 request.trace.responded(None, True)
             raise failure from None
 
-    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        return await serve_one(self, request, decoupled_error)
-
     def _cache_key(self, found: ModelVersion, request: InferenceRequest) -> str:
         digest = hashlib.sha256(f"{request.model_name}\0{found.version}".encode())
         for tensor in sorted(request.inputs.values(), key=lambda t: t.name):
@@ -264,16 +261,6 @@ def failure_reason(status: Status, *, in_backend: bool) -> str:
     if status is Status.UNAVAILABLE:
         return "REJECTED"
     return "BACKEND" if in_backend else "OTHER"
-
-
-async def serve_one(api: Any, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-    """Submit a request that expects exactly one response (HTTP /infer, gRPC ModelInfer) through
-    ``api`` (a DataPlane or a RemoteDataPlane); an error response is raised as ServerError."""
-    api.submit(request, decoupled_error=decoupled_error)
-    response = await request.single_response()
-    if response.error is not None:
-        raise response.error
-    return response
 
 
 class _ResponseFinisher:

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import channel
 from .dataplane import DataPlane
+from .seam import REMOTE_CALLS
 from .errors import ServerError, internal, unavailable, unexpected
 from .frontends import FrontendOptions
 from .http.serving import listen_socket
@@ -25,11 +26,6 @@ log = logging.getLogger("triton_serve.frontend")
 
 START_TIMEOUT_S = 60.0
 RESTART_DELAY_S = 0.5
-# The data plane methods a front-end process may call, besides inference.
-CALLS = {"live", "server_ready", "server_metadata", "model_ready", "model_metadata", "model_config",
-         "model_config_json", "is_decoupled", "model_statistics", "repository_index", "load_model",
-         "unload_model", "register_system_shared_memory", "register_cuda_shared_memory", "shared_memory_status",
-         "unregister_shared_memory", "log_settings", "update_log_settings", "trace_setting"}
 
 
 def default_process_count() -> int:
@@ -136,7 +132,7 @@ class _Endpoint(asyncio.Protocol):
 
     async def _answer_call(self, call_id: int, method: str, args: Any) -> None:
         try:
-            if method not in CALLS:
+            if method not in REMOTE_CALLS:
                 raise internal(f"front-end process called unknown method '{method}'")
             result = await getattr(self.dataplane, method)(*args)
             if method == "model_config":

@@ -12,16 +12,16 @@ import logging
 import signal
 import socket
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from . import channel
-from .dataplane import serve_one
 from .errors import ServerError, unavailable
 from .frontends import FrontendOptions, Frontends, run_on_fast_loop
-from .inference import InferenceRequest, InferenceResponse
+from .inference import InferenceRequest
 from .log_settings import LogSettings, apply_log_settings
 from .protos.model_config_pb2 import ModelConfig
-from .trace_settings import SettingUpdate
+from .seam import REMOTE_CALLS, DataPlaneAPI
 from .tracing import Stamps
 
 log = logging.getLogger("triton_serve.frontend")
@@ -41,7 +41,9 @@ class _OwnerConnection(asyncio.Protocol):
 
 
 class RemoteDataPlane:
-    """The data plane's front-end API, answered by the model owner over the channel."""
+    """The data-plane seam in a front-end process: each call of ``seam.REMOTE_CALLS`` is forwarded by name to
+    the model owner and answered there by its DataPlane; ``submit`` sends the request and delivers the
+    responses that come back to it. ``api()`` gives it to the front-ends, typed as the seam."""
 
     def __init__(self) -> None:
         self.accepting = True
@@ -57,6 +59,10 @@ class RemoteDataPlane:
         transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
         self._writer = channel.FrameWriter(transport)
 
+    def api(self) -> DataPlaneAPI:
+        """This forwarder as the seam the front-ends call (its calls exist through ``__getattr__``)."""
+        return cast(DataPlaneAPI, self)
+
     def send_frame(self, frame: bytes) -> None:
         if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")
@@ -64,72 +70,27 @@ class RemoteDataPlane:
 
     # ---- calls ----------------------------------------------------------------------------------
 
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method not in REMOTE_CALLS:
+            raise AttributeError(method)
+
+        async def forward(*args: Any) -> Any:
+            return await self._call(method, *args)
+        forward.__name__ = method
+        return forward
+
     async def _call(self, method: str, *args: Any) -> Any:
         call_id = next(self._ids)
         future = self._calls[call_id] = asyncio.get_running_loop().create_future()
         try:
             self.send_frame(channel.encode(channel.CALL, call_id, (method, args)))
-            return await future
+            result = await future
         finally:
             self._calls.pop(call_id, None)
-
-    async def live(self) -> bool:
-        return bool(await self._call("live"))
+        return ModelConfig.FromString(result) if method == "model_config" else result  # protobuf crosses as bytes
 
     async def server_ready(self) -> bool:
         return self.accepting and bool(await self._call("server_ready"))
-
-    async def server_metadata(self) -> dict[str, Any]:
-        return await self._call("server_metadata")
-
-    async def model_ready(self, name: str, version: int | None = None) -> bool:
-        return bool(await self._call("model_ready", name, version))
-
-    async def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call("model_metadata", name, version)
-
-    async def model_config(self, name: str, version: int | None = None) -> ModelConfig:
-        return ModelConfig.FromString(await self._call("model_config", name, version))
-
-    async def model_config_json(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call("model_config_json", name, version)
-
-    async def is_decoupled(self, name: str, version: int | None = None) -> bool:
-        return bool(await self._call("is_decoupled", name, version))
-
-    async def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
-        return await self._call("model_statistics", name, version)
-
-    async def repository_index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
-        return await self._call("repository_index", ready_only, repository)
-
-    async def load_model(self, name: str, parameters: dict[str, Any], repository: str = "") -> None:
-        await self._call("load_model", name, parameters, repository)  # file contents cross as bytes
-
-    async def unload_model(self, name: str, unload_dependents: bool = False, repository: str = "") -> None:
-        await self._call("unload_model", name, unload_dependents, repository)
-
-    async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        await self._call("register_system_shared_memory", name, key, offset, byte_size)
-
-    async def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int,
-                                          byte_size: int) -> None:
-        await self._call("register_cuda_shared_memory", name, raw_handle, device_id, byte_size)
-
-    async def shared_memory_status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
-        return await self._call("shared_memory_status", kind, name)
-
-    async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
-        await self._call("unregister_shared_memory", kind, name)
-
-    async def log_settings(self) -> dict[str, Any]:
-        return await self._call("log_settings")
-
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
-        return await self._call("update_log_settings", changes)
-
-    async def trace_setting(self, model_name: str = "", update: SettingUpdate | None = None) -> dict[str, list[str]]:
-        return await self._call("trace_setting", model_name, update)
 
     # ---- inference ------------------------------------------------------------------------------
 
@@ -139,9 +100,6 @@ class RemoteDataPlane:
         self.send_frame(channel.encode_request(request_id, request, decoupled_error))
         self._requests[request_id] = request
         request.on_cancel = lambda: self._cancel(request_id)
-
-    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        return await serve_one(self, request, decoupled_error)
 
     def _cancel(self, request_id: int) -> None:
         if request_id in self._requests and self._writer is not None and not self._writer.closed:
@@ -193,7 +151,7 @@ class RemoteDataPlane:
 async def run(fd: int, options: FrontendOptions) -> int:
     remote = RemoteDataPlane()
     await remote.connect(socket.socket(fileno=fd))
-    frontends = Frontends(remote, options, reuse_port=True)
+    frontends = Frontends(remote.api(), options, reuse_port=True)
     try:
         await frontends.start()
     except ServerError as error:

@@ -1,4 +1,5 @@
-"""The HTTP and gRPC front-ends of one process, serving a DataPlane or a RemoteDataPlane."""
+"""The HTTP and gRPC front-ends of one process, serving the data-plane seam (the owner's data plane, or a front-end
+process's forwarder)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +10,10 @@ from typing import Any
 
 from .grpc_frontend.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
+from .http.infer_protocol import http_protocol
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
 from .header_forwarding import header_forwarder
+from .seam import DataPlaneAPI
 from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
 
 
@@ -53,7 +56,7 @@ class Frontends:
     ``reuse_port`` lets several front-end processes accept on the same ports (SO_REUSEPORT).
     """
 
-    def __init__(self, api: Any, options: FrontendOptions, *, reuse_port: bool = False) -> None:
+    def __init__(self, api: DataPlaneAPI, options: FrontendOptions, *, reuse_port: bool = False) -> None:
         self.api = api
         self.options = options
         self.reuse_port = reuse_port
@@ -81,10 +84,11 @@ class Frontends:
                 raise
             self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
         if http_socket is not None:
-            app = restrict_http(HttpFrontend(self.api, options.http_max_input_size,
-                                             header_forwarder=http_forwarder).app(), options.http_restricted_api)
-            self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server,
-                                                              self._stopping, options.exit_timeout_secs)))
+            http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder)
+            app = restrict_http(http_frontend.app(), options.http_restricted_api)
+            protocol = http_protocol(http_frontend, options.http_restricted_api)
+            self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server, self._stopping,
+                                                              options.exit_timeout_secs, protocol=protocol)))
 
     async def _serve_grpc(self, grpc_frontend: GrpcFrontend) -> None:
         await self._stopping.wait()

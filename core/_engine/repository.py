@@ -65,7 +65,12 @@ class ModelVersion:
 
     def is_ready(self) -> bool:
         """Loaded, with at least one instance able to serve (the pool routes around the others)."""
-        return self.state is VersionState.READY and (not self.instances or any(i.is_ready() for i in self.instances))
+        if self.state is not VersionState.READY:
+            return False
+        for instance in self.instances:
+            if instance.is_ready():
+                return True
+        return not self.instances
 
     def not_ready_reason(self) -> str:
         """Why a loaded version cannot serve right now (its instances are down), or its load failure."""
@@ -88,8 +93,11 @@ class Model:
     reload_error: str = ""  # why the last reload failed while these versions kept serving
 
     def latest_ready(self) -> ModelVersion | None:
-        ready = [v for v in self.versions.values() if v.is_ready()]
-        return max(ready, key=lambda v: v.version) if ready else None
+        latest = None
+        for found in self.versions.values():
+            if (latest is None or found.version > latest.version) and found.is_ready():
+                latest = found
+        return latest
 
     def is_ready(self) -> bool:
         return not self.error and bool(self.versions) and all(v.is_ready() for v in self.versions.values())

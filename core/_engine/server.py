@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +180,7 @@ class Server:
             raise
         self.dataplane.accepting = not self._stopping.is_set()
         self._start_polling()
+        gc.freeze()  # what start-up made lives on: later collections need not walk it
 
     def _start_polling(self) -> None:
         if self.poller is not None and not self._stopping.is_set():

@@ -63,18 +63,19 @@ _current_timing: contextvars.ContextVar[ComputeTiming | None] = contextvars.Cont
     "triton_serve_compute_timing", default=None)
 
 
-def mark_inputs_ready() -> None:
-    """Inside ``ModelInstance.execute``: the batch's inputs are prepared; inference starts now."""
+def mark_inputs_ready(at_ns: int | None = None) -> None:
+    """Inside ``ModelInstance.execute``: the batch's inputs are prepared; inference starts now (or started at
+    ``at_ns``, a ``time.monotonic_ns()`` reading, which is the same clock in every process of the machine)."""
     timing = _current_timing.get()
     if timing is not None:
-        timing.inputs_ready_ns = time.monotonic_ns()
+        timing.inputs_ready_ns = time.monotonic_ns() if at_ns is None else at_ns
 
 
-def mark_outputs_ready() -> None:
-    """Inside ``ModelInstance.execute``: inference is done; what follows is output handling."""
+def mark_outputs_ready(at_ns: int | None = None) -> None:
+    """Inside ``ModelInstance.execute``: inference is done (or ended at ``at_ns``); what follows is output handling."""
     timing = _current_timing.get()
     if timing is not None:
-        timing.outputs_ready_ns = time.monotonic_ns()
+        timing.outputs_ready_ns = time.monotonic_ns() if at_ns is None else at_ns
 
 
 def start_timing() -> tuple[ComputeTiming, contextvars.Token[ComputeTiming | None]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from ..dataplane import DataPlane
+from ..seam import DataPlaneAPI
 from ..protos.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from ..protos.health_pb2_grpc import HealthServicer
 
@@ -17,7 +17,7 @@ WATCH_INTERVAL_S = 0.5
 class HealthCheckServicer(HealthServicer):
     """``Check`` and ``Watch`` ignore the service name, as Triton does."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlaneAPI) -> None:
         self.dataplane = dataplane
 
     async def Check(self, request: HealthCheckRequest, context: Any) -> HealthCheckResponse:

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from ..dataplane import DataPlane
+from ..seam import DataPlaneAPI
 from ..errors import ServerError, unavailable
 from ..header_forwarding import HeaderForwarder
 from ..protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
@@ -91,7 +91,7 @@ def server_credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
 class GrpcFrontend:
     """The gRPC front-end on the server's event loop: ``await start()`` binds and serves, ``await stop()``."""
 
-    def __init__(self, dataplane: DataPlane, address: str, port: int, options: GrpcOptions, *,
+    def __init__(self, dataplane: DataPlaneAPI, address: str, port: int, options: GrpcOptions, *,
                  reuse_port: bool = False, interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                  header_forwarder: HeaderForwarder | None = None) -> None:
         if options.infer_response_compression_level not in COMPRESSION_LEVELS:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
-from ..dataplane import DataPlane
+from ..seam import DataPlaneAPI, infer_one
 from ..errors import ServerError, unexpected
 from ..header_forwarding import HeaderForwarder
 from ..protos import grpc_service_pb2 as pb
@@ -70,7 +70,7 @@ def _unload_dependents(params: Any) -> bool:
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Triton's ``inference.GRPCInferenceService``."""
 
-    def __init__(self, dataplane: DataPlane, header_forwarder: HeaderForwarder | None = None) -> None:
+    def __init__(self, dataplane: DataPlaneAPI, header_forwarder: HeaderForwarder | None = None) -> None:
         self.dataplane = dataplane
         self.header_forwarder = header_forwarder  # --grpc-header-forward-pattern
 
@@ -120,7 +120,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             infer_request.parameters.update(self._forwarded_headers(context))
         infer_request.trace = trace
         try:
-            response = await self.dataplane.infer(infer_request, DECOUPLED_ERROR)
+            response = await infer_one(self.dataplane, infer_request, DECOUPLED_ERROR)
         except asyncio.CancelledError:  # the client cancelled or went away
             infer_request.cancel()
             raise

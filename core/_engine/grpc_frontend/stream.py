@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from ..dataplane import DataPlane
+from ..seam import DataPlaneAPI
 from ..errors import ServerError, internal, unavailable, unexpected
 from ..inference import InferenceRequest, InferenceResponse
 from ..protos.grpc_service_pb2 import ModelInferRequest, ModelStreamInferResponse
@@ -33,7 +33,7 @@ class InferStream:
     ``triton_grpc_error: true``: then the first error ends the stream with its gRPC status.
     """
 
-    def __init__(self, dataplane: DataPlane, context: grpc.aio.ServicerContext,
+    def __init__(self, dataplane: DataPlaneAPI, context: grpc.aio.ServicerContext,
                  forwarded_headers: dict[str, str] | None = None) -> None:
         self.dataplane = dataplane
         self.context = context

@@ -16,8 +16,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..dataplane import DataPlane
+from ..seam import DataPlaneAPI
 from ..errors import ServerError, Status
+from ..inference import InferenceRequest, InferenceResponse
+from ..protos.model_config_pb2 import ModelConfig
 from ..header_forwarding import HeaderForwarder
 from ..load_overrides import decode_file_parameters
 from ..trace_settings import update_from_json
@@ -46,12 +48,18 @@ def _error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def is_raw_binary(headers: dict[str, str]) -> bool:
+    """Inference-Header-Content-Length: 0: the body is the raw data of the model's only input."""
+    length = headers.get(HEADER_LENGTH)
+    return length is not None and length.strip() == "0"
+
+
 def _version(request: Request) -> int | None:
     raw = request.path_params.get("version")
     return int(raw) if raw is not None else None
 
 
-def http_asgi_app(dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> Callable[
+def http_asgi_app(dataplane: DataPlaneAPI, max_input_size: int = DEFAULT_MAX_INPUT_SIZE) -> Callable[
         [Scope, Receive, Send], Awaitable[None]]:
     """The HTTP/REST front-end as an ASGI app answering from ``dataplane`` (to serve it in another host)."""
     return HttpFrontend(dataplane, max_input_size).app()
@@ -60,7 +68,7 @@ def http_asgi_app(dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_
 class HttpFrontend:
     """Builds the ASGI app; ``max_input_size`` bounds request bodies (``--http-max-input-size``)."""
 
-    def __init__(self, dataplane: DataPlane, max_input_size: int = DEFAULT_MAX_INPUT_SIZE, *,
+    def __init__(self, dataplane: DataPlaneAPI, max_input_size: int = DEFAULT_MAX_INPUT_SIZE, *,
                  header_forwarder: HeaderForwarder | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
@@ -174,14 +182,14 @@ class HttpFrontend:
     async def _body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
-            raise self._too_large(int(declared))
+            raise self.too_large(int(declared))
         body = await request.body()
-        return self._decoded(body, request.headers.get("content-encoding", ""))
+        return self.decoded_body(body, request.headers.get("content-encoding", ""))
 
-    def _decoded(self, body: bytes, encoding: str) -> bytes:
+    def decoded_body(self, body: bytes, encoding: str) -> bytes:
         """The body within ``--http-max-input-size``, decompressed per its Content-Encoding."""
         if len(body) > self.max_input_size:
-            raise self._too_large(len(body))
+            raise self.too_large(len(body))
         encoding = encoding.strip().lower()
         if encoding in ("gzip", "deflate"):
             decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
@@ -190,13 +198,13 @@ class HttpFrontend:
             except zlib.error as error:
                 raise ServerError(f"failed to decompress the {encoding} request body: {error}") from None
             if len(body) > self.max_input_size or decompressor.unconsumed_tail:
-                raise self._too_large(len(body))
+                raise self.too_large(len(body))
         elif encoding not in ("", "identity"):
             raise ServerError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate",
                               Status.UNSUPPORTED)
         return body
 
-    def _too_large(self, size: int) -> ServerError:
+    def too_large(self, size: int) -> ServerError:
         return ServerError(f"request body of {size} bytes exceeds the maximum input size of "
                            f"{self.max_input_size} bytes (--http-max-input-size)")
 
@@ -230,15 +238,8 @@ class HttpFrontend:
         body = await self._read_body(headers, receive)
         if trace is not None:
             trace.stamp("HTTP_RECV_END")
-        header_length = headers.get(HEADER_LENGTH)
-        if header_length is not None and header_length.strip() == "0":
-            config = await self.dataplane.model_config(name, version)
-            infer_request = parse_raw_binary(body, config, name, version)
-        else:
-            header, binary = split_body(body, header_length)
-            infer_request = parse_request(header, binary, name, version)
-        if self.header_forwarder is not None:
-            infer_request.parameters.update(self.header_forwarder.matching(headers.items()))
+        config = await self.dataplane.model_config(name, version) if is_raw_binary(headers) else None
+        infer_request = self.prepare_infer(headers, body, name, version, config)
         infer_request.trace = trace
         self.dataplane.submit(infer_request, decoupled_error=DECOUPLED_ERROR)
         watch = DisconnectWatch(receive, infer_request)  # a client that leaves cancels its request
@@ -248,9 +249,28 @@ class HttpFrontend:
             watch.stop()
         if response.error is not None:
             raise response.error
-        payload, json_length = encode_response(response, infer_request, name)
+        payload, response_headers = self.encode_infer(response, infer_request, headers)
         if trace is not None:
             trace.stamp("INFER_RESPONSE_COMPLETE")
+        return payload, response_headers
+
+    def prepare_infer(self, headers: dict[str, str], body: bytes, name: str, version: int | None,
+                      config: ModelConfig | None = None) -> InferenceRequest:
+        """The request a read and decoded ``/infer`` body asks for (``config``: the model's, for a raw-binary body)."""
+        if config is not None:
+            infer_request = parse_raw_binary(body, config, name, version)
+        else:
+            header, binary = split_body(body, headers.get(HEADER_LENGTH))
+            infer_request = parse_request(header, binary, name, version)
+        if self.header_forwarder is not None:
+            infer_request.parameters.update(self.header_forwarder.matching(headers.items()))
+        return infer_request
+
+    @staticmethod
+    def encode_infer(response: InferenceResponse, request: InferenceRequest,
+                     headers: dict[str, str]) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The body and headers (all but Content-Length) of a successful ``/infer`` answer."""
+        payload, json_length = encode_response(response, request, request.model_name)
         response_headers = []
         if json_length is not None:
             response_headers.append((b"inference-header-content-length", str(json_length).encode()))
@@ -265,7 +285,7 @@ class HttpFrontend:
     async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
-            raise self._too_large(int(declared))
+            raise self.too_large(int(declared))
         message = await receive()
         body = message.get("body", b"")
         if message.get("more_body", False):
@@ -276,10 +296,10 @@ class HttpFrontend:
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > self.max_input_size:
-                    raise self._too_large(size)
+                    raise self.too_large(size)
                 chunks.append(chunk)
             body = b"".join(chunks)
-        return self._decoded(body, headers.get("content-encoding", ""))
+        return self.decoded_body(body, headers.get("content-encoding", ""))
 
     # ---- model repository -------------------------------------------------------------------
 
@@ -340,6 +360,11 @@ async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], pay
     headers.append((b"content-length", str(len(payload)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
+
+
+def error_body(message: str) -> bytes:
+    """Triton's JSON error body."""
+    return json.dumps({"error": message}).encode()
 
 
 def _json_reply(status: int, doc: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import ServerError, internal
 from ..inference import InferenceRequest, InferenceResponse
+from ..seam import DataPlaneAPI
 from .disconnect import DisconnectWatch
 from .generate_json import generate_request, generate_response
 
@@ -35,8 +36,8 @@ class GenerateEndpoint:
     that disconnects cancels its request.
     """
 
-    def __init__(self, dataplane: Any, read_body: ReadBody, max_input_size: int) -> None:
-        self.dataplane = dataplane  # a DataPlane or a RemoteDataPlane
+    def __init__(self, dataplane: DataPlaneAPI, read_body: ReadBody, max_input_size: int) -> None:
+        self.dataplane = dataplane
         self.read_body = read_body  # the HTTP front-end's, with its size limit
         self.max_input_size = max_input_size
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import unavailable
+from .infer_protocol import http_protocol
 
 HTTP_SERVERS = ("uvicorn", "hypercorn")
 GRACEFUL_TIMEOUT_S = 30.0
@@ -34,16 +35,18 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False, what: str =
 
 
 async def serve_http(app: Any, sock: socket.socket, server: str, stopping: asyncio.Event,
-                     graceful_timeout: float = GRACEFUL_TIMEOUT_S) -> None:
+                     graceful_timeout: float = GRACEFUL_TIMEOUT_S, *, protocol: type[asyncio.Protocol] | None = None) -> None:
     """Serve ``app`` on ``sock`` until ``stopping`` is set, then drain in-flight requests (for at most
-    ``graceful_timeout`` seconds) and return."""
+    ``graceful_timeout`` seconds) and return. Under uvicorn, ``protocol`` (default: ``http_protocol(None, {})``)
+    parses the connections."""
     if server == "hypercorn":
         await _serve_hypercorn(app, sock, stopping, graceful_timeout)
     else:
-        await _serve_uvicorn(app, sock, stopping, graceful_timeout)
+        await _serve_uvicorn(app, sock, stopping, graceful_timeout, protocol or http_protocol(None, {}))
 
 
-async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float) -> None:
+async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float,
+                         protocol: type[asyncio.Protocol]) -> None:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -51,7 +54,7 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event,
         def capture_signals(self) -> Iterator[None]:  # the server's own signal handlers stay in charge
             yield
 
-    config = uvicorn.Config(app, http=_one_write_per_response(), ws="none", lifespan="off", loop="none", access_log=False,
+    config = uvicorn.Config(app, http=protocol, ws="none", lifespan="off", loop="none", access_log=False,
                             log_config=None, timeout_keep_alive=int(KEEP_ALIVE_S),
                             timeout_graceful_shutdown=max(int(graceful_timeout), 1), server_header=False)
     server = Server(config)
@@ -65,46 +68,6 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event,
         await server.serve(sockets=[sock])
     finally:
         watcher.cancel()
-
-
-def _one_write_per_response() -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol on a transport that sends the response head and body, which
-    uvicorn writes separately, in one system call."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class OneWritePerResponse(HttpToolsProtocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(_CoalescingTransport(transport))  # type: ignore[arg-type]
-
-    return OneWritePerResponse
-
-
-class _CoalescingTransport:
-    """Wraps a transport: what is written during one event-loop turn leaves in one write at its end."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._pending: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
-
-    def write(self, data: bytes) -> None:
-        if not self._pending:
-            self._loop.call_soon(self._flush)
-        self._pending.append(data)
-
-    def _flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 async def _serve_hypercorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float) -> None:

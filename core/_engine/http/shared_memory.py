@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import ServerError, Status
+from ..seam import DataPlaneAPI
 
 JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]
 _PATHS = {"system": "/v2/systemsharedmemory", "cuda": "/v2/cudasharedmemory"}
@@ -21,7 +22,7 @@ class SharedMemoryRoutes:
     """``/v2/{system,cuda}sharedmemory[/region/{region}]/{status,register,unregister}``, translated to
     the data plane's shared-memory calls (``json_body`` reads a request body as a JSON object)."""
 
-    def __init__(self, dataplane: Any, json_body: JsonBody) -> None:
+    def __init__(self, dataplane: DataPlaneAPI, json_body: JsonBody) -> None:
         self.dataplane = dataplane
         self.json_body = json_body
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from triton_serve.plugin import Server, ServerError, ServerOptions
+from triton_serve.plugin import Server, ServerError, ServerOptions, infer_one
 
 from .wire import Reply, WireRequest, WireResponse
 
@@ -37,7 +37,7 @@ class ModelReplica:
         """Run one request through the data plane; the reply holds a WireResponse."""
         request = wire.to_request()
         try:
-            response = await self.dataplane.infer(request, decoupled_error)
+            response = await infer_one(self.dataplane, request, decoupled_error)
         except ServerError as error:
             return Reply.failed(error)
         return Reply(WireResponse(response.outputs, response.parameters, request.model_version))

@@ -1,0 +1,234 @@
+"""``POST .../infer`` straight from the HTTP parser: uvicorn's httptools protocol, with inference requests taken
+before they become ASGI messages.
+
+A request that ``InferExchange`` can answer on its own (no trace armed, no raw-binary body, no
+``Expect: 100-continue``, within ``--http-max-input-size``, allowed by ``--http-restricted-api``) is parsed when
+its body is complete, submitted to the data plane with a sink, and answered from that sink in one write: no
+task, no future, no ASGI scope or messages. Every other request, ``/infer`` ones included, goes to the ASGI
+app as before. A client that disconnects cancels its request at once.
+
+Copies of an output between the model's response and the socket: one (``encode_response`` joins the JSON
+header and the binary blobs), plus one when the head and body are joined for the single write.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from ..errors import ServerError, Status, unexpected
+from ..inference import InferenceRequest, InferenceResponse
+from ..restricted import Restrictions
+from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
+from .app import log as log_requests
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found", 409: b"Conflict",
+            500: b"Internal Server Error", 501: b"Not Implemented", 503: b"Service Unavailable"}
+
+
+def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol, writing each response in one system call, and answering ``/infer``
+    itself when ``frontend`` is given (see the module docstring)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    restriction = restrictions.get("inference")
+    required = (restriction[0].lower(), restriction[1]) if restriction else None
+
+    class FastInferProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
+
+        def on_headers_complete(self) -> None:
+            exchange = None
+            if frontend is not None and (self.cycle is None or self.cycle.response_complete):
+                exchange = InferExchange.take(self, frontend, required)
+            if exchange is None:
+                super().on_headers_complete()
+                return
+            self.cycle = exchange  # type: ignore[assignment]  # uvicorn reads response_complete, keep_alive...
+
+        def on_body(self, body: bytes) -> None:
+            if type(self.cycle) is InferExchange:
+                self.cycle.add_body(body)
+            else:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if type(self.cycle) is InferExchange:
+                self.cycle.start()
+            else:
+                super().on_message_complete()
+
+    return FastInferProtocol
+
+
+class InferExchange:
+    """One ``/infer`` request and its answer on one connection; stands where uvicorn keeps its
+    RequestResponseCycle, so uvicorn's keep-alive, shutdown and pipelining logic see it."""
+
+    __slots__ = ("protocol", "frontend", "name", "version", "headers", "chunks", "size", "keep_alive",
+                 "response_complete", "disconnected", "request", "answered", "message_event")
+
+    def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, name: str, version: int | None,
+                 headers: dict[str, str], keep_alive: bool) -> None:
+        self.protocol = protocol
+        self.frontend = frontend
+        self.name = name
+        self.version = version
+        self.headers = headers
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.keep_alive = keep_alive
+        self.response_complete = False
+        self.disconnected = False
+        self.request: InferenceRequest | None = None
+        self.answered = False
+        self.message_event = self  # uvicorn's connection_lost calls cycle.message_event.set()
+
+    @classmethod
+    def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend,
+             required: tuple[str, str] | None) -> InferExchange | None:
+        """An exchange for the request whose headers were just parsed, or None to leave it to the ASGI app."""
+        parser = protocol.parser
+        if parser.get_method() != b"POST" or not protocol.url.endswith(b"/infer") or protocol.expect_100_continue:
+            return None
+        if frontend.dataplane.trace_armed:
+            return None
+        path = httptools.parse_url(protocol.url).path
+        match = INFER_PATH.fullmatch(path.decode("latin-1")) if b"%" not in path else None
+        if match is None:
+            return None
+        headers: dict[str, str] = {}
+        for key, value in protocol.headers:  # the first header of a name wins, as in Triton
+            headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+        if required is not None and headers.get(required[0]) != required[1]:
+            return None  # the ASGI app refuses it with Triton's message
+        length = headers.get(HEADER_LENGTH)
+        if length is not None and length.strip() == "0":
+            return None  # raw binary: the model's config decides the shape (the ASGI app asks for it)
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > frontend.max_input_size):
+            return None
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        return cls(protocol, frontend, match[1], int(match[2]) if match[2] else None, headers, keep_alive)
+
+    def add_body(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size <= self.frontend.max_input_size:
+            self.chunks.append(chunk)
+
+    def start(self) -> None:
+        """The body is complete: parse it and submit the request, or answer its error."""
+        frontend = self.frontend
+        if log_requests.isEnabledFor(logging.DEBUG):
+            log_requests.debug("HTTP request: %s %s", "POST", self.protocol.url.decode("latin-1"))
+        try:
+            if self.size > frontend.max_input_size:
+                raise frontend.too_large(self.size)
+            body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+            self.chunks = []
+            body = frontend.decoded_body(body, self.headers.get("content-encoding", ""))
+            request = frontend.prepare_infer(self.headers, body, self.name, self.version)
+            request.set_sink(self.on_response)
+            self.request = request
+            frontend.dataplane.submit(request, decoupled_error=DECOUPLED_ERROR)
+        except Exception as error:
+            self.fail(error)
+
+    def on_response(self, response: InferenceResponse | None, final: bool) -> None:
+        """The request's sink: the first response is the answer; a final flag with none is an error."""
+        if self.answered:
+            return
+        request = self.request
+        assert request is not None
+        try:
+            if response is None:
+                if final:
+                    raise ServerError(f"model '{request.model_name}' sent no response", Status.INTERNAL)
+                return
+            if response.error is not None:
+                raise response.error
+            payload, headers = self.frontend.encode_infer(response, request, self.headers)
+        except Exception as error:
+            self.fail(error)
+            return
+        self.answer(200, headers, payload)
+
+    def fail(self, error: Exception) -> None:
+        if not isinstance(error, ServerError):
+            log.error("unexpected error while answering an inference request", exc_info=error)
+            error = unexpected(error)
+        self.answer(error.status.http_status, [(b"content-type", b"application/json")], error_body(error.message))
+
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        self.response_complete = True
+        protocol = self.protocol
+        if self.disconnected:
+            return
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
+        for name, value in headers:
+            head.append(b"%s: %s\r\n" % (name, value))
+        head.append(b"content-length: %d\r\n" % len(payload))
+        if not self.keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        head.append(payload)
+        protocol.transport.write_now(b"".join(head))  # type: ignore[attr-defined]
+        if not self.keep_alive:
+            protocol.transport.close()
+        protocol.on_response_complete()
+
+    def set(self) -> None:
+        """uvicorn calls this when the connection is lost: a request still running is cancelled."""
+        if not self.response_complete:
+            self.disconnected = True
+            self.answered = True
+            if self.request is not None and not self.request.finished:
+                self.request.cancel()
+
+
+class CoalescingTransport:
+    """Wraps a transport: what is written during one event-loop turn leaves in one write at its end (uvicorn
+    writes a response's head and body separately)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def write_now(self, data: bytes) -> None:
+        """Write ``data`` at once, after whatever is pending."""
+        if self._pending:
+            self._pending.append(data)
+            self._flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
