@@ -59,7 +59,7 @@ class ModelInstance(ABC):
     ``model`` is the Model it belongs to (``model.spec.config``...), ``spec`` this instance's entry of the
     instance group. Every method runs on the server's event loop, so none may block it: a framework that
     computes in-process subclasses ``FrameworkInstance``, which runs it on the instance's own thread.
-    The scheduler never calls ``execute`` on one instance concurrently.
+    The scheduler calls ``execute`` on one instance for at most ``max_batches_in_flight`` batches at once.
     """
 
     def __init__(self, model: Model, spec: InstanceSpec) -> None:
@@ -70,6 +70,12 @@ class ModelInstance(ABC):
     # ``request.send`` (a Python model's response senders); such an instance must then end each one
     # itself, also when it fails or unloads. False: the scheduler fails them at once.
     answers_later: bool = False
+
+    # How many batches the scheduler may hand this instance at once. 1: ``execute`` never runs concurrently.
+    # An instance that sends batches to a process of its own, which runs them in order, may take more: the
+    # next batch is then already there when one ends (a Python model's worker takes 2). The sequence batcher
+    # always runs one batch at a time per instance.
+    max_batches_in_flight: int = 1
 
     async def load(self) -> None:
         """Event loop, once, after ``Model.load`` and before the instance serves (the instances of a

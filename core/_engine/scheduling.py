@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class InstancePool:
     """The instances of one model version: hands out idle ones and runs batches on them.
 
-    ``async with pool.acquire() as instance`` waits for an idle instance (a ready one while any
+    ``async with pool.acquire() as instance`` waits for an idle instance (one that can take another batch) (a ready one while any
     instance is ready, so a restarting instance gets no work); ``await pool.run(instance,
     requests)`` waits for the instance's rate-limiter resources, executes the batch and records
     statistics.
@@ -43,7 +43,12 @@ class InstancePool:
         self._claims: dict[int, ResourceClaim] = {}
         if limiter is not None:
             self._claims = {id(i): limiter.claim(model.name, i.spec) for i in instances}
-        self._idle: deque[ModelInstance] = deque(self.instances)
+        # One entry per batch an instance may take at once (ModelInstance.max_batches_in_flight), every instance's
+        # first before any second one: a batch goes to an instance with nothing to do while there is one.
+        depth = max((i.max_batches_in_flight for i in self.instances), default=1)
+        self._idle: deque[ModelInstance] = deque(i for k in range(depth) for i in self.instances
+                                                 if k < max(i.max_batches_in_flight, 1))
+        self.capacity = len(self._idle)  # batches the pool can run at once
         self._waiters: deque[asyncio.Future[ModelInstance]] = deque()
 
     @contextlib.asynccontextmanager
@@ -119,8 +124,13 @@ class InstancePool:
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> None:
         """Wait for an idle instance and run ``requests`` on it."""
-        async with self.acquire() as instance:
+        instance = None if self._waiters else self._pick()
+        if instance is None:
+            instance = await self._take()
+        try:
             await self.run(instance, requests)
+        finally:
+            self._give_back(instance)
 
     async def _execute(self, instance: ModelInstance, requests: list[InferenceRequest]) -> None:
         traces = [request.trace for request in requests if request.trace is not None]

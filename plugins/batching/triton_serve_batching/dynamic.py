@@ -57,7 +57,7 @@ class DynamicBatcher(Scheduler):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work()) for _ in self.pool.instances]
+        self._workers = [loop.create_task(self._work()) for _ in range(self.pool.capacity)]
 
     async def stop(self) -> None:
         self._stopping = True
