@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
+import triton_serve.inprocess
 import triton_serve.plugin
 import triton_serve.testing
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLIC_MODULES = {"triton_serve", "triton_serve.plugin", "triton_serve.testing"}
+PUBLIC_MODULES = {"triton_serve", "triton_serve.plugin", "triton_serve.testing", "triton_serve.inprocess"}
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -53,7 +54,7 @@ def test_the_check_finds_a_private_import(tmp_path: Path) -> None:
 
 def _public_objects() -> list[tuple[str, Any]]:
     objects = []
-    for module in (triton_serve.plugin, triton_serve.testing):
+    for module in (triton_serve.plugin, triton_serve.testing, triton_serve.inprocess):
         for name in module.__all__:
             obj = getattr(module, name)
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):
@@ -74,7 +75,7 @@ def test_every_public_name_has_a_docstring() -> None:
     assert not undocumented, f"public names without a docstring: {', '.join(undocumented)}"
 
 
-@pytest.mark.parametrize("module", [triton_serve.plugin, triton_serve.testing])
+@pytest.mark.parametrize("module", [triton_serve.plugin, triton_serve.testing, triton_serve.inprocess])
 def test_all_lists_only_names_the_module_has(module: Any) -> None:
     assert [name for name in module.__all__ if not hasattr(module, name)] == []
     assert len(set(module.__all__)) == len(module.__all__)

@@ -75,6 +75,14 @@ class FrameworkInstance(ModelInstance):
         outputs = await _call(self._thread, self.run, inputs)
         return split_outputs(outputs, requests, config)
 
+    async def on_thread(self, function: Callable[..., T], *args: object) -> T:
+        """Event loop: ``function(*args)`` on the instance's thread, after what it runs now (a backend
+        whose ``execute`` does not fit ``run``'s one array per input calls its framework through this)."""
+        if self._thread is None:
+            raise ServerError(f"instance '{self.spec.name}' of model '{self.model.spec.name}' is not loaded",
+                              Status.UNAVAILABLE)
+        return await _call(self._thread, function, *args)
+
     async def unload(self) -> None:
         """Event loop: ``close`` on the instance's thread, once the batch it may still run returned;
         then the thread ends."""

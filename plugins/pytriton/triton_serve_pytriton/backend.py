@@ -1,0 +1,144 @@
+"""The ``pytriton`` backend: serves functions bound with ``Triton.bind`` on the instance threads of
+the framework-backend API (or, isolated, through a worker process per instance)."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from triton_serve.plugin import (Backend, BackendRegistry, FrameworkInstance, InferenceRequest, InferenceResponse,
+                                 InstanceSpec, Model, ModelInstance, ModelSpec, ServerError, Status, hookimpl)
+
+from .binding import BINDING_FILE, Binding, find
+from .calling import close_thread_loop, results_of
+from .exceptions import PyTritonUnrecoverableError
+from .isolation import WorkerProcess
+from .proxy.types import Request
+from .results import to_responses
+
+
+class FunctionModel(Model):
+    """One loaded version of a bound model: the binding its file names."""
+
+    binding: Binding
+
+    async def load(self) -> None:
+        """Event loop: find the binding named by the model's binding file."""
+        path = self.spec.model_file
+        try:
+            key = (await asyncio.to_thread(path.read_text)).strip()
+        except OSError as error:
+            raise ServerError(f"model '{self.spec.name}': cannot read {path.name}: {error}") from None
+        binding = find(key)
+        if binding is None:
+            raise ServerError(f"model '{self.spec.name}' is bound to no function of this process: bind it with "
+                              "Triton.bind in the process that serves it")
+        self.binding = binding
+
+    def create_instance(self, instance: InstanceSpec) -> ModelInstance:
+        return FunctionInstance(self, instance)
+
+
+class FunctionInstance(FrameworkInstance):
+    """One instance: calls its function (the instance's index picks one of the bound functions) on
+    the instance's thread, with the batch's requests as PyTriton's ``Request`` list."""
+
+    model: FunctionModel
+
+    def open(self) -> None:
+        """Instance thread: pick the function; start its worker process when isolated."""
+        binding = self.model.binding
+        index = self.spec.index % len(binding.functions)
+        self.call: Callable[[Any], Any] = binding.functions[index]
+        self.worker: WorkerProcess | None = None
+        if binding.isolated:
+            self.worker = WorkerProcess(binding.pickled[index], f"{self.model.spec.name}/{self.spec.name}")
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Not used: ``execute`` hands the function whole requests."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Instance thread: end the worker process, or the thread's event loop."""
+        if self.worker is not None:
+            self.worker.close()
+        close_thread_loop()
+
+    # A decoupled model answers each request itself and returns None, as ModelInstance.execute allows;
+    # FrameworkInstance's own execute always returns responses, hence the narrower type it declares.
+    async def execute(  # type: ignore[override]
+            self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
+        """Event loop: run the function on the instance's thread. A decoupled model's responses are
+        sent as the function yields them; the others are returned."""
+        binding = self.model.binding
+        if not binding.config.decoupled:
+            return await self.on_thread(self._call, requests, None)
+        loop = asyncio.get_running_loop()
+
+        def send(responses: list[InferenceResponse]) -> None:
+            for request, response in zip(requests, responses):
+                if not request.finished:
+                    request.send(response, final=response.error is not None)
+
+        try:
+            await self.on_thread(self._call, requests, lambda responses: loop.call_soon_threadsafe(send, responses))
+        except Exception as error:
+            failure = error if isinstance(error, ServerError) else ServerError(
+                f"{type(error).__name__}: {error}", Status.INTERNAL)
+            for request in requests:
+                request.fail(failure)
+            if not isinstance(error, ServerError):
+                raise  # the scheduler logs it; every request already has its answer
+        for request in requests:
+            if not request.finished:
+                request.send(None, final=True)
+        return None
+
+    def _call(self, requests: Sequence[InferenceRequest],
+              emit: Callable[[list[InferenceResponse]], Any] | None) -> list[InferenceResponse] | None:
+        """Instance thread: the function's results as responses (``emit`` each, for decoupled models)."""
+        binding = self.model.binding
+        config = binding.config
+        calls = [Request({name: tensor.data for name, tensor in request.inputs.items()}, dict(request.parameters),
+                         requested_output_names=[output.name for output in request.outputs]
+                         or [spec.name for spec in config.outputs or ()])
+                 for request in requests]
+        results = self.worker.call(calls) if self.worker is not None else results_of(self.call, calls)
+        try:
+            if emit is not None:
+                for result in results:
+                    emit(to_responses(config, binding.strict, requests, result, partial=True))
+                return None
+            answered = None
+            for result in results:
+                if answered is not None:
+                    raise ServerError(f"model '{config.model_name}' is not decoupled, but its function gave "
+                                      "more than one result", Status.INTERNAL)
+                answered = to_responses(config, binding.strict, requests, result)
+            if answered is None:
+                raise ServerError(f"model '{config.model_name}': its function gave no result", Status.INTERNAL)
+            return answered
+        except PyTritonUnrecoverableError as error:
+            if binding.on_unrecoverable is not None:
+                binding.on_unrecoverable(error)
+            raise
+
+
+class FunctionBackend(Backend):
+    """Serves models whose only file is the binding file ``Triton.bind`` writes."""
+
+    name = "pytriton"
+    default_model_filename = BINDING_FILE
+
+    def create_model(self, spec: ModelSpec) -> Model:
+        return FunctionModel(self, spec)
+
+
+@hookimpl
+def tserve_register_backends(registry: BackendRegistry) -> None:
+    """Register the ``pytriton`` backend."""
+    registry.add(FunctionBackend)
+
+

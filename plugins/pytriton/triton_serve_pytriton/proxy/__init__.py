@@ -1,0 +1,1 @@
+"""Where PyTriton keeps its request type (``pytriton.proxy``)."""
