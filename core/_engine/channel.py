@@ -17,7 +17,7 @@ import numpy as np
 from .datatypes import BY_NAME, from_wire_bytes, to_wire_bytes
 from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from .tracing import FrontendTrace
+from .frontend_trace import FrontendTrace
 
 HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes
 

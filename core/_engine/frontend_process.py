@@ -22,7 +22,7 @@ from .inference import InferenceRequest
 from .log_settings import LogSettings, apply_log_settings
 from .protos.model_config_pb2 import ModelConfig
 from .seam import REMOTE_CALLS, DataPlaneAPI
-from .tracing import Stamps
+from .frontend_trace import Stamps
 
 log = logging.getLogger("triton_serve.frontend")
 

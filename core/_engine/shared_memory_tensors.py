@@ -9,15 +9,7 @@ from .datatypes import BY_NAME, deserialize_bytes, element_count, serialize_byte
 from .errors import ServerError, internal
 from .inference import InferenceRequest, InferenceResponse, Parameters, Tensor
 from .shared_memory import Region, SharedMemoryRegistry
-
-REGION = "shared_memory_region"
-OFFSET = "shared_memory_offset"
-BYTE_SIZE = "shared_memory_byte_size"
-
-
-def no_data(datatype: str) -> np.ndarray:
-    """The data of a tensor whose bytes are in a region: an empty array of its dtype."""
-    return np.empty(0, BY_NAME[datatype].numpy)
+from .shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 
 class SharedMemoryLease:

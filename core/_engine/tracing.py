@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ServerError
+from .frontend_trace import TRACEPARENT, FrontendTrace, Stamps
 from .trace_settings import (OPENTELEMETRY_MODE, TRITON_MODE, SettingUpdate, SettingValues, TraceConfig, TraceLevel,
                              invalid_reason, level_names, merged)
 
@@ -35,47 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRACEPARENT = "traceparent"  # the W3C trace context header (HTTP) or metadata key (gRPC)
-Stamps = list[tuple[str, int]]  # (timestamp name, steady-clock ns), as time.monotonic_ns() gives them
 # ``request.trace`` of a request sent for an untraced request (``inherit``): it is not traced at all.
 UNTRACED_CHILD: Final = object()
-
-
-class FrontendTrace:
-    """A front-end's part of one request's trace, kept while tracing is armed: its timestamps and the
-    caller's ``traceparent``. If the model owner samples the request, it gives the function that takes
-    the timestamps (``report_to``); they go once the front-end is done (``finish``)."""
-
-    __slots__ = ("parent", "stamps", "finished", "_report")
-
-    def __init__(self, parent: str | None, first: str | None = None) -> None:
-        self.parent = parent or None
-        self.stamps: Stamps = [(first, time.monotonic_ns())] if first else []
-        self.finished = False
-        self._report: Callable[[Stamps], None] | None = None
-
-    def stamp(self, name: str) -> None:
-        self.stamps.append((name, time.monotonic_ns()))
-
-    def finish(self, last: str | None = None) -> None:
-        """The front-end is done with the request (a cancelled one too): stamp ``last``, report if sampled."""
-        if not self.finished:
-            self.finished = True
-            if last:
-                self.stamp(last)
-            self._deliver()
-
-    def report_to(self, report: Callable[[Stamps], None]) -> None:
-        """The request is traced: ``report`` takes the stamps once the front-end is done (at once if it is:
-        a front-end process learns this after the response, which a cancelled request may not wait for)."""
-        self._report = report
-        if self.finished:
-            self._deliver()
-
-    def _deliver(self) -> None:
-        report, self._report = self._report, None
-        if report is not None:
-            report(self.stamps)
 
 
 class TraceFile:

@@ -16,7 +16,7 @@ from ..header_forwarding import HeaderForwarder
 from ..protos import grpc_service_pb2 as pb
 from ..protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
 from ..trace_settings import update_from_grpc
-from ..tracing import TRACEPARENT, FrontendTrace
+from ..frontend_trace import TRACEPARENT, FrontendTrace
 from .codec import decode_request, encode_response, params_from_proto, parse_version
 from .status import GRPC_CODE
 from .stream import InferStream

@@ -23,7 +23,7 @@ from ..protos.model_config_pb2 import ModelConfig
 from ..header_forwarding import HeaderForwarder
 from ..load_overrides import decode_file_parameters
 from ..trace_settings import update_from_json
-from ..tracing import TRACEPARENT, FrontendTrace
+from ..frontend_trace import TRACEPARENT, FrontendTrace
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
 from .disconnect import DisconnectWatch
 from .error_guard import ErrorGuard
