@@ -2,6 +2,7 @@
 input checks with Triton's messages, reshape, and the shaping of outputs back to the client."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,10 @@ class TensorRule:
     def matches(self, shape: tuple[int, ...]) -> bool:
         return _fits(shape, self.dims)
 
-    def output_matches(self, shape: tuple[int, ...]) -> bool:
-        """An output shape fits the dims as given, or once unit dims are dropped from both (Triton's
-        FIL backend squeezes them, and Triton's core lets every output shape through)."""
-        return _fits(shape, self.dims) or _fits(tuple(s for s in shape if s != 1), tuple(d for d in self.dims if d != 1))
+
+def _quoted(names: Iterable[str]) -> str:
+    """Names as Triton lists them in messages: ``['a','b']``."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 def _fits(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
@@ -72,10 +73,7 @@ class ModelRoute:
                 raise ServerError(f"unexpected inference input '{input_name}' for model '{name}'")
         missing = [n for n in self.required if n not in request.inputs]
         if missing:
-            raise ServerError(
-                f"expected {len(declared)} inputs but got {len(request.inputs)} inputs for model '{name}'. "
-                f"Got input(s) {list(request.inputs)}, but missing required input(s) {missing}. "
-                "Please provide all required input(s).")
+            raise ServerError(self._missing_inputs(request, missing))
         batching = self.batching
         batch_size = None
         for tensor in request.inputs.values():
@@ -108,10 +106,21 @@ class ModelRoute:
             if output.name not in self.outputs:
                 raise ServerError(f"unexpected inference output '{output.name}' for model '{name}'")
 
+    def _missing_inputs(self, request: InferenceRequest, missing: list[str]) -> str:
+        """Triton's message for required inputs a request lacks; a model with optional inputs states the
+        range of input counts it takes."""
+        total, required = len(self.inputs), len(self.required)
+        expected = f"expected {total} inputs" if total == required else \
+            f"expected number of inputs between {required} and {total}"
+        return (f"{expected} but got {len(request.inputs)} inputs for model '{self.name}'. Got input(s) "
+                f"{_quoted(request.inputs)}, but missing required input(s) {_quoted(missing)}. "
+                "Please provide all required input(s).")
+
     # ---- responses ------------------------------------------------------------------------------
 
     def shape(self, request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
-        """Keep only the requested outputs, check them against the config, undo reshape, classify."""
+        """Keep only the requested outputs (those returned), check them against the config, undo reshape,
+        classify."""
         wanted = {o.name: o for o in request.outputs}
         batching = self.batching
         outputs: list[Tensor] = []
@@ -125,15 +134,16 @@ class ModelRoute:
             if tensor.datatype != rule.datatype:
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with datatype "
                                f"'{tensor.datatype}', but its config declares '{rule.datatype}'")
+            # Triton's core checks no output shape against the config (nor does its python backend): any shape
+            # goes through, except that an output whose config has ``reshape`` must hold its config dims' elements.
             if rule.reshape is not None and (tensor.shape or not batching) and -1 not in rule.dims:
                 prefix = tensor.shape[:1] if batching else ()
+                if element_count(prefix + rule.dims) != tensor.data.size:
+                    raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with shape "
+                                   f"{list(tensor.shape)}, which cannot be reshaped to its config dims "
+                                   f"{([-1] if batching else []) + list(rule.dims)}")
                 tensor.data = tensor.data.reshape(prefix + rule.dims)
                 tensor.shape = tuple(tensor.data.shape)
-            check_shape = tensor.shape[1:] if batching else tensor.shape
-            if not rule.output_matches(tuple(check_shape)):
-                raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with shape "
-                               f"{list(tensor.shape)}, which does not match its config dims "
-                               f"{([-1] if batching else []) + list(rule.dims)}")
             if element_count(tensor.shape) != tensor.data.size:
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}' whose data holds "
                                f"{tensor.data.size} elements for shape {list(tensor.shape)}")
@@ -144,9 +154,8 @@ class ModelRoute:
             elif requested is not None:
                 tensor.parameters = dict(requested.parameters)
             outputs.append(tensor)
-        missing = set(wanted) - {t.name for t in outputs} if wanted else ()
-        if missing:
-            raise internal(f"model '{request.model_name}' did not return requested output(s) {sorted(missing)}")
+        # A requested output the model did not return is left out of the response, as in Triton (whose
+        # ensembles then run the next step without it).
         response.outputs = outputs
         return response
 

@@ -9,7 +9,7 @@ import time
 from triton_serve.plugin import (ComputeTiming, InferenceRequest, InferenceResponse, ModelConfig, ModelContext,
                                  Scheduler, ServerError, Status, Tensor)
 
-from .steps import StepGraph
+from .steps import SequenceFields, Slot, StepGraph, response_parameters
 from .validation import check_scheduling, check_steps
 
 
@@ -61,7 +61,8 @@ class EnsembleScheduler(Scheduler):
 
 
 class _EnsembleRun:
-    """One ensemble request: its tensors, its step requests in flight, and whether it has failed."""
+    """One ensemble request: the steps its requested outputs need (Triton prunes the others per request),
+    its tensors, its step requests in flight, and whether it has failed."""
 
     def __init__(self, scheduler: EnsembleScheduler, request: InferenceRequest) -> None:
         self.scheduler = scheduler
@@ -69,6 +70,7 @@ class _EnsembleRun:
         self.graph = scheduler.graph
         self.decoupled = scheduler.model.config.model_transaction_policy.decoupled
         self.wanted = {o.name for o in request.outputs} or {t.name for t in scheduler.model.config.output}
+        self.needed = self.graph.needed(frozenset(self.wanted))
         self.in_flight: set[InferenceRequest] = set()
         self.error: ServerError | None = None
 
@@ -78,7 +80,7 @@ class _EnsembleRun:
         stats.record_queue(start_ns - request.enqueued_ns)
         self._watch_cancel()
         try:
-            await self.flow(dict(request.inputs), set(range(len(self.graph.steps))), set(request.inputs))
+            await self.flow(self.graph.initial(request), set(self.needed), set(request.inputs))
         except Exception as error:  # a bug here must fail the request, not leave it hanging
             self.fail(ServerError(f"ensemble '{request.model_name}' failed: {type(error).__name__}: {error}",
                                   Status.INTERNAL))
@@ -110,11 +112,15 @@ class _EnsembleRun:
         for step_request in list(self.in_flight):
             step_request.cancel()
 
-    async def flow(self, tensors: dict[str, Tensor], steps: set[int], produced: set[str]) -> None:
+    def fail_step(self, error: ServerError) -> None:
+        """Fail the ensemble request with a step's error, named as Triton names it (``in ensemble 'e', ...``)."""
+        self.fail(ServerError(f"in ensemble '{self.request.model_name}', {error.message}", error.status))
+
+    async def flow(self, tensors: dict[str, Slot], steps: set[int], produced: set[str]) -> None:
         """Run ``steps`` as their inputs appear in ``tensors``; independent steps run concurrently. A
         decoupled step's responses each continue the steps downstream of it in a flow of their own.
         Once done, send the ensemble outputs this flow produced (``produced`` holds those it starts with)."""
-        running: set[asyncio.Future[dict[str, Tensor]]] = set()
+        running: set[asyncio.Future[dict[str, Slot]]] = set()
         started: set[int] = set()
         try:
             while self.error is None:
@@ -144,38 +150,56 @@ class _EnsembleRun:
         if self.error is None:
             self.respond(tensors, produced)
 
-    def respond(self, tensors: dict[str, Tensor], produced: set[str]) -> None:
-        outputs = [tensors[name] for name in sorted(self.wanted & produced) if name in tensors]
+    def respond(self, tensors: dict[str, Slot], produced: set[str]) -> None:
+        """Send the requested outputs among ``produced``; one a step left out is left out of the response
+        too. As Triton does, the response carries the sequence fields its tensors were made with."""
+        outputs: list[Tensor] = []
+        sequence: SequenceFields | None = None
+        for name in sorted(self.wanted & produced):
+            slot = tensors.get(name)
+            if slot is not None and slot.tensor is not None:
+                outputs.append(slot.tensor)
+                if slot.sequence is not None:
+                    sequence = slot.sequence
+        response = InferenceResponse(outputs)
+        if sequence is not None:
+            response.parameters = response_parameters(self.request, sequence)
         if self.decoupled:
             if outputs:
-                self.request.send(InferenceResponse(outputs), final=False)
+                self.request.send(response, final=False)
         else:
-            self.request.send(InferenceResponse(outputs))
+            self.request.send(response)
 
-    async def run_step(self, index: int, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    async def run_step(self, index: int, tensors: dict[str, Slot]) -> dict[str, Slot]:
         """Send step ``index`` its inputs; return its outputs as ensemble tensors (a decoupled step's
-        responses are consumed here, each by a flow over the steps downstream of it)."""
+        responses are consumed here, each by a flow over the needed steps downstream of it)."""
         room = self.scheduler.room[index]
         async with room if room is not None else contextlib.nullcontext():
             step_request = self.graph.step_request(index, self.request, tensors)
+            sequence = SequenceFields.of(step_request)
             self.in_flight.add(step_request)
             try:
                 try:
                     self.scheduler.context.client.submit(step_request, parent=self.request)
                 except ServerError as error:
-                    self.fail(error)
+                    self.fail_step(error)
                     return {}
                 decoupled = index in self.scheduler.decoupled_steps
                 async for response, _final in step_request.responses():
                     if response is None:
                         continue
                     if response.error is not None:
-                        self.fail(response.error)
+                        self.fail_step(response.error)
                         return {}
-                    outputs = self.graph.step_outputs(index, response)
+                    try:
+                        outputs = self.graph.step_outputs(index, response, sequence)
+                    except ServerError as error:
+                        self.fail_step(error)
+                        return {}
                     if not decoupled:
                         return outputs
-                    await self.flow({**tensors, **outputs}, set(self.graph.downstream(index)), set(outputs))
+                    await self.flow({**tensors, **outputs}, set(self.graph.downstream(index) & self.needed),
+                                    set(outputs))
                     if self.error is not None:
                         return {}
                 return {}
