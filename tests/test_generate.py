@@ -125,6 +125,38 @@ def test_generate_errors_use_tritons_words(server) -> None:  # type: ignore[no-u
     assert reply.status_code == 405 and reply.json() == {"error": "Method Not Allowed"}
 
 
+@pytest.mark.parametrize("frontend_processes", FRONTEND_MODES, ids=lambda n: f"frontend_processes={n}")
+def test_repeated_keys_missing_inputs_and_empty_outputs(server) -> None:  # type: ignore[no-untyped-def]
+    base = f"http://{server.http_url}/v2/models"
+
+    def post(model: str, text: str) -> tuple[int, object]:
+        reply = httpx.post(f"{base}/{model}/generate", content=text)
+        return reply.status_code, reply.json()
+
+    def error(message: str) -> tuple[int, dict[str, str]]:
+        return 400, {"error": message}
+
+    assert post("typed", '{"INPUT0": 1, "INPUT1": "x", "INPUT0": 2}') == error("input 'INPUT0' already exists in request")
+    assert post("typed", '{"INPUT0": 1, "parameters": {"INPUT1": "x", "INPUT1": "y"}}') == \
+        error("Converting keyword: 'parameters': input 'INPUT1' already exists in request")
+    assert post("typed", '{"INPUT0": 1, "INPUT1": "x", "parameters": {"INPUT0": 2}}') == \
+        error("Converting keyword: 'parameters': input 'INPUT0' already exists in request")
+    assert post("typed", '{"INPUT0": 1, "INPUT1": "x", "top_k": 1, "top_k": 2}') == \
+        error("parameter 'top_k' is given more than once in the generate request")
+    # Triton counts optional inputs: typed takes 2 or 3
+    assert post("typed", '{"INPUT0": 1}') == error(
+        "expected number of inputs between 2 and 3 but got 1 inputs for model 'typed'. Got input(s) ['INPUT0'], "
+        "but missing required input(s) ['INPUT1']. Please provide all required input(s).")
+    assert post("batched", "{}") == error(
+        "expected 1 inputs but got 0 inputs for model 'batched'. Got input(s) [], but missing required input(s) "
+        "['INPUT0']. Please provide all required input(s).")
+    # a zero-sized dimension: the model's empty output is an empty list; fixed dims cannot hold no elements
+    assert post("typed", '{"INPUT0": [], "INPUT1": "x"}') == \
+        (200, {"OUTPUT0": [], "OUTPUT1": "x", "model_name": "typed", "model_version": "1"})
+    assert post("typed", '{"INPUT0": 1, "INPUT1": []}') == \
+        error("The schema can not convert input 'INPUT1' to tensor with proper shape")
+
+
 def test_a_model_error_in_a_stream_is_an_event(server) -> None:  # type: ignore[no-untyped-def]
     """Once the stream has started, a later failure arrives as ``data: {"error": ...}``."""
     reply = httpx.post(f"http://{server.http_url}/v2/models/typed/generate_stream",

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import struct
+import time
+from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -129,6 +132,38 @@ def test_raw_binary_request(add_model, toy_server) -> None:  # type: ignore[no-u
     header = json.loads(raw.content[:header_length])
     assert header["outputs"][0]["shape"] == [1, 3]
     assert np.frombuffer(raw.content[header_length:], dtype=np.float32).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_raw_binary_request_with_a_chunked_body(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    """Transfer-Encoding: chunked, the chunks apart in time, through a real socket: the same answer as with
+    Content-Length."""
+    add_model("single", 'backend: "toy_identity"\nmax_batch_size: 4\n'
+              'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }\n'
+              'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }')
+    host, port = toy_server().http_url.rsplit(":", 1)
+    data = np.arange(6, dtype=np.float32).tobytes()
+
+    def pieces() -> Iterator[bytes]:
+        yield data[:5]  # not a whole element
+        time.sleep(0.05)
+        yield data[5:]
+
+    def post(chunked: bool) -> tuple[int, str | None, bytes]:
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            connection.request("POST", "/v2/models/single/infer", body=pieces() if chunked else data,
+                               headers={"Inference-Header-Content-Length": "0"}, encode_chunked=chunked)
+            response = connection.getresponse()
+            return response.status, response.getheader("inference-header-content-length"), response.read()
+        finally:
+            connection.close()
+
+    status, header_length, body = post(chunked=True)
+    assert status == 200, body
+    assert (status, header_length, body) == post(chunked=False)
+    header = json.loads(body[:int(header_length or 0)])
+    assert header["outputs"][0]["shape"] == [1, 6]
+    assert np.frombuffer(body[len(body) - len(data):], dtype=np.float32).tolist() == list(range(6))
 
 
 def test_binary_bytes_layout_is_length_prefixed(client) -> None:  # type: ignore[no-untyped-def]

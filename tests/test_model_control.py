@@ -3,6 +3,7 @@ and poll mode, through tritonclient's HTTP and gRPC clients."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import shutil
 import threading
@@ -330,6 +331,58 @@ def test_repository_name_routes_select_the_repository(tmp_path, tserve, toy_plug
         assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     client = httpclient.InferenceServerClient(server.http_url)
     assert client.is_model_ready("first") and not client.is_model_ready("second")
+
+
+# ---- model names -----------------------------------------------------------------------------------
+
+def _bad_name(name: str) -> str:
+    return (f"invalid model name '{name}': a model name must be one folder name of the model repository (not "
+            "empty, '.' or '..', and without '/', '\\' or NUL characters)")
+
+
+def _post_raw(server, path: str) -> tuple[int, dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """POST ``path`` exactly as written (http.client neither normalizes '..' nor re-encodes)."""
+    host, port = server.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("frontend_processes", FRONTEND_MODES)
+def test_a_model_name_that_leaves_the_repository_is_refused(repo, add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    write_model(repo.parent, "outside", IDENTITY)  # beside the repository, where '../outside' points
+    add_model("ident", IDENTITY)
+    server = toy_server(model_control_mode="explicit")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    for name in ("../outside", "./../outside", "ident/../../outside", "..", ".", "", "a\\b", "ident\0"):
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException) as raised:
+                call(name)
+            assert (raised.value.status(), raised.value.message()) == ("StatusCode.INVALID_ARGUMENT", _bad_name(name))
+    with grpc.insecure_channel(server.grpc_url) as channel:  # the route that names the repository too
+        with pytest.raises(grpc.RpcError) as error:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).RepositoryModelLoad(
+                service_pb2.RepositoryModelLoadRequest(repository_name="models", model_name="../outside"))
+        assert (error.value.code(), error.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                                               _bad_name("../outside"))
+    # Over HTTP a name is one path segment: '..', '.', '\' and NUL reach the routes, '/' cannot.
+    for segment, name in (("..", ".."), (".", "."), ("a%5Cb", "a\\b"), ("ident%00", "ident\0")):
+        for path in (f"/v2/repository/models/{segment}/load", f"/v2/repository/models/{segment}/unload",
+                     f"/v2/repository/models/models/{segment}/load"):  # the last names the repository 'models'
+            assert _post_raw(server, path) == (400, {"error": _bad_name(name)}), path
+    assert _post_raw(server, "/v2/repository/models/..%2Foutside/load")[0] == 404  # no route: nothing loads
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException):
+        http_client.load_model("../outside")
+    assert not any(http_client.is_model_ready(name) for name in ("outside", "../outside", "ident/../../outside"))
+    assert [entry["name"] for entry in http_client.get_model_repository_index()] == ["ident"]
+    assert http_client.is_server_ready()
+    client.load_model("ident")  # a plain name still loads
+    assert http_client.is_model_ready("ident")
 
 
 # ---- poll mode -------------------------------------------------------------------------------------

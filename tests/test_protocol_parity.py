@@ -57,6 +57,30 @@ def test_json_bytes_data_with_more_elements_than_its_shape(add_model, toy_server
                                         "model 'strings', expecting 1")
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_missing_inputs_count_the_optional_ones(protocol: str, add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("optional", 'backend: "toy_identity"\nmax_batch_size: 0\n'
+              'input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }\n'
+              'input { name: "INPUT1" data_type: TYPE_INT32 dims: [ 1 ] }\n'
+              'input { name: "INPUT2" data_type: TYPE_INT32 dims: [ 1 ] optional: true }\n'
+              'output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }')
+    add_model("add_sub", ADD_SUB)
+    module, client = _client(protocol, toy_server())
+    tensor = module.InferInput("INPUT2", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("optional", [tensor])
+    assert error.value.message() == (
+        "expected number of inputs between 2 and 3 but got 1 inputs for model 'optional'. Got input(s) ['INPUT2'], "
+        "but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s).")
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("add_sub", [])
+    assert error.value.message() == (
+        "expected 2 inputs but got 0 inputs for model 'add_sub'. Got input(s) [], but missing required input(s) "
+        "['INPUT0','INPUT1']. Please provide all required input(s).")
+    assert error.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+
+
 def test_raw_binary_request_for_a_model_with_two_inputs(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
     add_model("add_sub", ADD_SUB)
     server = toy_server()

@@ -42,7 +42,7 @@ max_batch_size: 0
 input { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] }
 output { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] }
 """
-SLOW_ADD_SUB = ADD_SUB + 'parameters { key: "delay_s" value { string_value: "0.5" } }'
+SLOW_ADD_SUB = ADD_SUB + 'parameters { key: "delay_s" value { string_value: "1.5" } }'
 TENSOR_BYTES = 64  # one [1, 16] INT32 tensor of add_sub
 _KEYS = itertools.count()
 
@@ -61,7 +61,7 @@ def protocol(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def server(add_model: Callable[..., Path], toy_server: Callable[..., Any]) -> Any:
     add_model("add_sub", ADD_SUB)
-    add_model("slow_add_sub", SLOW_ADD_SUB)
+    add_model("slow_add_sub", SLOW_ADD_SUB)  # long enough for two unregister calls while it runs
     add_model("identity_bytes", IDENTITY_BYTES)
     return toy_server()
 
@@ -462,10 +462,14 @@ def test_deleted_or_shrunk_segment_gets_errors_not_a_crash(api: Api, segment: Ca
     assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]  # the server still serves
 
 
-def test_unregister_waits_for_requests_using_the_region(api: Api, segment: Callable[[int], Segment]) -> None:
-    region = segment(2 * TENSOR_BYTES)
+def test_unregistering_a_region_in_use_fails_and_its_request_completes(api: Api,
+                                                                      segment: Callable[[int], Segment]) -> None:
+    """As in Triton 2.51: the unregister that comes while a request reads the region gets an error (the
+    region stays mapped under the request), a request that comes after the unregister gets one."""
+    region, spare = segment(2 * TENSOR_BYTES), segment(TENSOR_BYTES)
     a, b = add_sub_inputs(region)
     api.register("r", region.key, 2 * TENSOR_BYTES)
+    api.register("spare", spare.key, TENSOR_BYTES)
     results: list[Any] = []
     inputs = [api.shm_input("INPUT0", "r"), api.shm_input("INPUT1", "r", offset=TENSOR_BYTES)]
     outputs = [api.shm_output("OUTPUT0", "r")]
@@ -481,11 +485,33 @@ def test_unregister_waits_for_requests_using_the_region(api: Api, segment: Calla
     while api.registry.get("r").users == 0:  # the request has reached the model owner
         assert time.monotonic() < deadline, "the request never started"
         time.sleep(0.01)
-    api.unregister("r")  # returns once the request has written its output and let go of the region
-    assert api.status() == {}
+    api.fails(Status.INTERNAL, "Cannot unregister shared memory region 'r', it is currently in use.", api.unregister, "r")
+    api.fails(Status.INTERNAL, "Failed to unregister the following system shared memory regions: r ,", api.unregister)
+    assert api.status() == {"r": (region.key, 0, 2 * TENSOR_BYTES)}  # the free region went, the busy one stays
     request.join(30)
-    assert results, "the request failed"
+    assert not request.is_alive() and results, "the request failed"
     assert region.get(np.int32, [1, 16]).tolist() == (a + b).tolist()
+    api.unregister("r")
+    assert api.status() == {}
+    api.fails(Status.NOT_FOUND, "Unable to find shared memory region: 'r'", api.client.infer, "add_sub", inputs)
+
+
+def test_registering_without_a_region_name(api: Api, segment: Callable[[int], Segment]) -> None:
+    """gRPC: Triton's messages for the other arguments first (Triton's own tests register ("", "", 0)); a
+    valid region is then refused rather than registered as ''. HTTP: the route needs a name (Triton's too)."""
+    region = segment(TENSOR_BYTES)
+    if api.protocol == "grpc":
+        api.fails(Status.INTERNAL, "Unable to open shared memory region: ''", api.register, "", "", 0)
+        api.fails(Status.INVALID_ARG, "failed to register shared memory region '': invalid args",
+                  api.client.register_cuda_shared_memory, "", b"", 0, 0)
+        api.fails(Status.INVALID_ARG, "'region name' is necessary to register system shared memory region",
+                  api.register, "", region.key, TENSOR_BYTES)
+    else:
+        api.fails(Status.NOT_FOUND, "Not Found", api.register, "", "", 0)
+        api.fails(Status.NOT_FOUND, "Not Found", api.client.register_cuda_shared_memory, "", b"", 0, 0)
+    assert api.status() == {}
+    status = api.client.get_cuda_shared_memory_status()
+    assert (status == []) if api.protocol == "http" else not status.regions
 
 
 def test_shutdown_unmaps_every_region(add_model: Callable[..., Path], toy_server: Callable[..., Any],

@@ -38,6 +38,9 @@ class CudaRegion(Region):
     def __init__(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         super().__init__(name, byte_size)
         self.device_id = device_id
+        if len(raw_handle) != IPC_HANDLE_SIZE or byte_size <= 0:  # invalid whether or not a GPU is here
+            raise self._invalid(f"a {len(raw_handle)}-byte handle (a cudaIpcMemHandle_t has {IPC_HANDLE_SIZE}), "
+                                f"byte_size {byte_size}")
         try:
             self._runtime, driver = _cuda()
         except ImportError:
@@ -47,9 +50,8 @@ class CudaRegion(Region):
             count = _ok(runtime.cudaGetDeviceCount())
         except RuntimeError as error:
             raise self._unsupported(f"no usable CUDA device: {error}") from None
-        if not 0 <= device_id < count or len(raw_handle) != IPC_HANDLE_SIZE or byte_size <= 0:
-            raise self._invalid(f"device_id {device_id} of {count} devices, a {len(raw_handle)}-byte handle, "
-                                f"byte_size {byte_size}")
+        if not 0 <= device_id < count:
+            raise self._invalid(f"device_id {device_id} of {count} devices")
         handle = runtime.cudaIpcMemHandle_t()
         ctypes.memmove(handle.getPtr(), raw_handle, IPC_HANDLE_SIZE)
         try:

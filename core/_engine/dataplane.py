@@ -201,7 +201,8 @@ class DataPlane:
         return self.shared_memory.status(kind, name)
 
     async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
-        """Unregister one region (every one of ``kind`` without a name) once no request uses it."""
+        """Unregister one region (every one of ``kind`` without a name); one a request uses stays, and the
+        call fails with Triton's INTERNAL error."""
         await self.shared_memory.unregister(kind, name)
 
     # ---- repository -------------------------------------------------------------------------

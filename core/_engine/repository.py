@@ -283,7 +283,9 @@ class ModelRepository:
         once every new version is ready; if one fails, the serving versions stay and their record's
         ``reload_error`` says why. Loading a fully ready, unchanged model again does nothing, as in
         Triton. Returns this load's record, whose ``failure()`` says what failed; raises only for an
-        unknown model or repository. ``explicit`` is False when an ensemble loads the model it uses."""
+        unknown model or repository, or a name that is not one folder name (``check_model_name``).
+        ``explicit`` is False when an ensemble loads the model it uses."""
+        check_model_name(name)
         if explicit:
             self._explicit.add(name)
         async with self._lock(name):
@@ -388,6 +390,8 @@ class ModelRepository:
                 raise ServerError(f"ensemble '{name}' depends on '{model}' which has no loaded version. Model "
                                   f"'{model}' loading failed with error: {record.failure()}")
         for step in steps:
+        for model in used:
+            check_model_name(model)
             record = self.models[step.model_name]
             version = record.versions.get(step.model_version)
             if step.model_version != -1 and (version is None or version.state is not VersionState.READY):
@@ -463,6 +467,7 @@ class ModelRepository:
                             repository: str = "") -> None:
         """Unload ``name``; a name never loaded must be in ``sources`` (None: it is a no-op)."""
         async with self._lock(name):
+        check_model_name(name)
             model = self.models.get(name)
             if model is None:
                 if sources is None:
@@ -526,6 +531,16 @@ def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
         if group.kind == ModelInstanceGroup.KIND_GPU:
             visible = visible_gpu_ids()
             devices = list(group.gpus) or visible
+def check_model_name(name: str) -> None:
+    """Refuse a model name that is not exactly one folder name inside a repository: empty, ``.`` or
+    ``..``, or holding ``/``, ``\\`` or NUL would name a folder elsewhere (``../x`` escapes the
+    repository). ``load`` and ``unload`` (every route of both protocols, ``--load-model``) and an
+    ensemble's steps check their names here before any source is asked for them."""
+    if name in ("", ".", "..") or any(char in name for char in "/\\\0"):
+        raise ServerError(f"invalid model name '{name}': a model name must be one folder name of the model "
+                          "repository (not empty, '.' or '..', and without '/', '\\' or NUL characters)")
+
+
             missing = [gpu for gpu in devices if gpu not in visible]
             where = f"instance group {group.name} of model {name}"
             if not devices:  # Triton's words, then why

@@ -1,7 +1,6 @@
 """Triton's shared-memory registry: regions clients register by name, mapped once and used by requests."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import mmap
 import os
@@ -9,7 +8,7 @@ import stat
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .errors import ServerError, Status, not_found
+from .errors import ServerError, Status, internal, not_found
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +22,10 @@ _KIND_TEXT = {SYSTEM: "system", CUDA: "CUDA"}
 class Region(ABC):
     """A registered window of memory that requests read inputs from and write outputs into.
 
-    ``users`` counts the requests holding it; a region that is unregistered while in use is closed
-    when the last one lets go. Subclasses map the memory: ``SystemRegion`` here, ``CudaRegion`` in
-    ``cuda_memory.py``. Every method runs on the server's event loop.
+    ``users`` counts the requests holding it; while it is not zero the region cannot be unregistered
+    (as in Triton 2.51), so its memory stays mapped under every request using it. Subclasses map the
+    memory: ``SystemRegion`` here, ``CudaRegion`` in ``cuda_memory.py``. Every method runs on the
+    server's event loop.
     """
 
     kind: str  # SYSTEM or CUDA
@@ -34,8 +34,6 @@ class Region(ABC):
         self.name = name
         self.byte_size = byte_size
         self.users = 0
-        self._retired = False
-        self._closed: asyncio.Future[None] | None = None
 
     @abstractmethod
     def status(self) -> dict[str, Any]:
@@ -65,22 +63,6 @@ class Region(ABC):
 
     def release(self) -> None:
         self.users -= 1
-        if self.users == 0 and self._retired:
-            self._finish()
-
-    def retire(self) -> asyncio.Future[None] | None:
-        """Close now if no request uses the region, else once the last one releases it (the future)."""
-        self._retired = True
-        if self.users == 0:
-            self._finish()
-            return None
-        self._closed = asyncio.get_running_loop().create_future()
-        return self._closed
-
-    def _finish(self) -> None:
-        self.close()
-        if self._closed is not None and not self._closed.done():
-            self._closed.set_result(None)
 
 
 class SystemRegion(Region):
@@ -166,19 +148,28 @@ class SharedMemoryRegistry:
         self._regions: dict[str, Region] = {}
 
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        self._check_new(name, SYSTEM)
-        self._regions[name] = SystemRegion(name, key, offset, byte_size)
+        self._check_new(name)
+        self._add(SystemRegion(name, key, offset, byte_size))
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        self._check_new(name, CUDA)
+        self._check_new(name)
         from .cuda_memory import CudaRegion  # imports no CUDA library until a region is registered
-        self._regions[name] = CudaRegion(name, raw_handle, device_id, byte_size)
+        self._add(CudaRegion(name, raw_handle, device_id, byte_size))
 
-    def _check_new(self, name: str, kind: str) -> None:
-        if not name:
-            raise ServerError(f"'region name' is necessary to register {kind} shared memory region")
+    def _check_new(self, name: str) -> None:
         if name in self._regions:
             raise ServerError(f"shared memory region '{name}' already in manager", Status.ALREADY_EXISTS)
+
+    def _add(self, region: Region) -> None:
+        """Keep a region that opened. The name is checked last, as Triton checks the other arguments first
+        (an empty name with a bad key gets Triton's error about the key); where Triton's gRPC front-end
+        then registers a region named '', which no request or unregister can name alone, we refuse it with
+        the words of Triton's HTTP front-end."""
+        if not region.name:
+            region.close()
+            raise ServerError(f"'region name' is necessary to register {_KIND_TEXT[region.kind].lower()} shared "
+                              "memory region")
+        self._regions[region.name] = region
 
     def get(self, name: str) -> Region:
         """The region a request names."""
@@ -200,12 +191,20 @@ class SharedMemoryRegistry:
         return [region.status()]
 
     async def unregister(self, kind: str, name: str = "") -> None:
-        """Unregister the named region of ``kind`` (none: every one); an unknown name is no error, as in
-        Triton. Returns once no request uses the regions any more and they are unmapped."""
-        names = [n for n, r in self._regions.items() if r.kind == kind and (not name or n == name)]
-        waits = [wait for wait in (self._regions.pop(n).retire() for n in names) if wait is not None]
-        if waits:
-            await asyncio.gather(*waits)
+        """Unregister and unmap the named region of ``kind`` (none: every one); an unknown name is no error,
+        as in Triton. A region that a request in flight uses stays registered, and the call fails with
+        Triton 2.51's INTERNAL error once the others are gone: the side that loses the race gets the error
+        (a request arriving after the unregister does not find the region)."""
+        names = sorted(n for n, r in self._regions.items() if r.kind == kind and (not name or n == name))
+        busy = [n for n in names if self._regions[n].users]
+        for free in names:
+            if free not in busy:
+                self._regions.pop(free).close()
+        if busy and name:
+            raise internal(f"Cannot unregister shared memory region '{name}', it is currently in use.")
+        if busy:
+            raise internal(f"Failed to unregister the following {kind} shared memory regions: "
+                           + "".join(f"{n} ," for n in busy))
 
     def close(self) -> None:
         """Unmap every region (at shutdown, once no request runs)."""

@@ -14,7 +14,7 @@ from .shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 class SharedMemoryLease:
     """The regions one request uses, held from ``DataPlane.submit`` until its final response, so that
-    unregistering a region waits for the requests using it.
+    a region cannot be unregistered while a request uses it.
 
     ``take`` resolves every input that names a region into an array over the region's memory (no
     copy for system shared memory) and checks every output target; ``write_outputs`` copies outputs

@@ -11,7 +11,7 @@ from ..errors import ServerError, internal
 from ..inference import InferenceRequest, InferenceResponse
 from ..seam import DataPlaneAPI
 from .disconnect import DisconnectWatch
-from .generate_json import generate_request, generate_response
+from .generate_json import generate_request, generate_response, parse_generate_body
 
 GENERATE_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
 SINGLE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -70,12 +70,8 @@ class GenerateEndpoint:
         if headers.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
             raise ServerError(IDENTITY_ONLY)
         body = await self.read_body(headers, receive)
-        try:
-            doc = json.loads(body) if body.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
         inputs = {tensor["name"]: tensor for tensor in metadata["inputs"]}
-        return generate_request(doc, inputs, name, version, self.max_input_size)
+        return generate_request(parse_generate_body(body), inputs, name, version, self.max_input_size)
 
 
 async def _reply_once(send: Send, request: InferenceRequest, queue: asyncio.Queue[_Item]) -> None:

@@ -1,6 +1,7 @@
 """The generate extension's JSON: request keys to input tensors and parameters, responses to flat objects."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,30 @@ _NOT_A = {
 _NOT_A_STRING = "attempt to access JSON non-string as string"
 
 
+class _RepeatedKeys(dict[str, Any]):
+    """A JSON object in which some key appears more than once: ``pairs`` keeps every one, in order, for
+    the mapping to walk as Triton walks the object's members."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    return doc if len(doc) == len(pairs) else _RepeatedKeys(pairs)
+
+
+def parse_generate_body(body: bytes) -> Any:
+    """A generate body's JSON ({} when empty), keeping every copy of a repeated key (see ``_KeyMapping``)."""
+    if not body.strip():
+        return {}
+    try:
+        return json.loads(body, object_pairs_hook=_object)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
+
+
 def generate_request(doc: Any, inputs: dict[str, dict[str, Any]], model_name: str, version: int | None,
                      max_input_size: int) -> InferenceRequest:
     """Build the request a generate body asks for. ``inputs`` is the model metadata's inputs by name
@@ -37,7 +62,12 @@ def generate_request(doc: Any, inputs: dict[str, dict[str, Any]], model_name: st
 
 
 class _KeyMapping:
-    """Maps the keys of one generate body onto its request, counting the input bytes taken so far."""
+    """Maps the keys of one generate body onto its request, counting the input bytes taken so far.
+
+    An input given twice (a key repeated in one object, or given at the top level and under
+    ``parameters``) is Triton's error ``input 'X' already exists in request``. Triton passes a parameter
+    given twice to the model twice, which a request's parameters here cannot hold: that is an error too.
+    """
 
     def __init__(self, inputs: dict[str, dict[str, Any]], request: InferenceRequest, max_input_size: int) -> None:
         self.inputs = inputs
@@ -46,14 +76,18 @@ class _KeyMapping:
         self.consumed = 0
 
     def map(self, doc: dict[str, Any], *, nested: bool) -> None:
-        for key, value in doc.items():
+        for key, value in doc.pairs if isinstance(doc, _RepeatedKeys) else doc.items():
             if nested and key == NESTED_KEY:
                 self._map_nested(key, value)
             elif key in self.inputs:
+                if key in self.request.inputs:
+                    raise ServerError(f"input '{key}' already exists in request")
                 tensor = _tensor(key, value, self.inputs[key])
                 self._count(key, tensor)
                 self.request.inputs[key] = tensor
             else:
+                if key in self.request.parameters:
+                    raise ServerError(f"parameter '{key}' is given more than once in the generate request")
                 self.request.parameters[key] = _parameter(key, value)
 
     def _map_nested(self, key: str, value: Any) -> None:
@@ -123,7 +157,7 @@ def _shape(name: str, count: int, dims: list[int]) -> list[int]:
     for index in range(len(dims) - 1, -1, -1):
         if dims[index] == -1:
             dims[index], remaining = remaining, 1
-    if remaining != 1 and count:
+    if remaining != 1:  # no variable dim takes the count (none, or 0 elements for fixed dims)
         raise ServerError(f"The schema can not convert input '{name}' to tensor with proper shape")
     return dims
 

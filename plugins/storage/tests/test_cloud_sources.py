@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpc
 import tritonclient.http as http
+from tritonclient.utils import InferenceServerException
 
 from triton_serve_storage.plugin import tserve_repository_source
 
@@ -74,6 +76,22 @@ def test_reload_fetches_changed_and_new_files_and_drops_removed_ones(bucket, tse
     kept = os.stat(local / "config.pbtxt")
     assert (kept.st_ino, kept.st_mtime_ns) == (unchanged.st_ino, unchanged.st_mtime_ns)  # not downloaded again
     assert os.stat(local / "labels.txt").st_ino != replaced.st_ino
+
+
+def test_a_model_name_that_leaves_the_repository_is_refused(bucket, tserve, toy, kit, cloud_env: Path) -> None:
+    files = kit.labelled_model()
+    bucket.upload({f"labelled/{path}": data for path, data in files.items()})
+    bucket.upload({f"outside/{path}": data for path, data in files.items()}, prefix="")  # beside "models/"
+    server = tserve(bucket.location, extra_plugins=toy, model_control_mode="explicit")
+    client = grpc.InferenceServerClient(server.grpc_url)
+    for name in ("../outside", "labelled/../../outside", "..", ""):
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model(name)
+        assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert raised.value.message().startswith(f"invalid model name '{name}': a model name must be one folder name")
+    client.load_model("labelled")
+    assert kit.top_label(http.InferenceServerClient(server.http_url), "labelled") == "dog"
+    assert not list(cloud_env.rglob("outside"))  # nothing came from outside the repository into the cache
 
 
 def test_fingerprint_changes_exactly_when_an_object_does(bucket, kit) -> None:
