@@ -66,6 +66,18 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> 
             else:
                 super().on_message_complete()
 
+        def shutdown(self) -> None:
+            """A graceful stop: an exchange still waiting for its answer closes the connection once answered,
+            and becomes a task of uvicorn's, which cancels it when the stop's time is up."""
+            exchange = self.cycle
+            if type(exchange) is not InferExchange or exchange.response_complete:
+                super().shutdown()
+                return
+            exchange.keep_alive = False
+            task = self.loop.create_task(exchange.until_answered())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
     return FastInferProtocol
 
 
@@ -74,7 +86,7 @@ class InferExchange:
     RequestResponseCycle, so uvicorn's keep-alive, shutdown and pipelining logic see it."""
 
     __slots__ = ("protocol", "frontend", "name", "version", "headers", "chunks", "size", "keep_alive",
-                 "response_complete", "disconnected", "request", "answered", "message_event")
+                 "response_complete", "disconnected", "request", "answered", "message_event", "waiter")
 
     def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, name: str, version: int | None,
                  headers: dict[str, str], keep_alive: bool) -> None:
@@ -91,6 +103,7 @@ class InferExchange:
         self.request: InferenceRequest | None = None
         self.answered = False
         self.message_event = self  # uvicorn's connection_lost calls cycle.message_event.set()
+        self.waiter: asyncio.Future[None] | None = None  # set by until_answered, during a graceful stop
 
     @classmethod
     def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend,
@@ -161,6 +174,18 @@ class InferExchange:
             return
         self.answer(200, headers, payload)
 
+    async def until_answered(self) -> None:
+        """Wait for the answer; cancelled (the graceful stop's time is up), answer that the server is stopping,
+        cancel the request and close the connection."""
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self.waiter
+        except asyncio.CancelledError:
+            if self.request is not None and not self.request.finished:
+                self.request.cancel()
+            self.fail(ServerError("the server stopped before the request was answered", Status.UNAVAILABLE))
+            raise
+
     def fail(self, error: Exception) -> None:
         if not isinstance(error, ServerError):
             log.error("unexpected error while answering an inference request", exc_info=error)
@@ -172,6 +197,8 @@ class InferExchange:
             return
         self.answered = True
         self.response_complete = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
         protocol = self.protocol
         if self.disconnected:
             return
@@ -193,6 +220,8 @@ class InferExchange:
         if not self.response_complete:
             self.disconnected = True
             self.answered = True
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
             if self.request is not None and not self.request.finished:
                 self.request.cancel()
 
