@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve._engine.cli import main
+from triton_serve._engine.cli import build_parser, main, options_from_args
 from triton_serve._engine.errors import ServerError
-from triton_serve._engine.metrics import DEFAULT_BUCKETS_US, parse_metrics_config
+from triton_serve._engine.metrics import DEFAULT_BUCKETS_US, DEFAULT_QUANTILES, parse_metrics_config
 from triton_serve._engine.system_metrics import _GPU
 
 from .conftest import ADD_SUB, FRONTEND_MODES
@@ -284,13 +284,53 @@ def test_cache_metrics(add_model, toy_server) -> None:  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("item", ["summary_latencies", "a,b=c", "=true", "summary_latencies=maybe",
-                                  "summary_quantiles=0.5", "summary_quantiles=x:0.1", "summary_quantiles=2:0.1",
-                                  "histogram_buckets=", "histogram_buckets=10,5", "histogram_buckets=1,inf"])
+                                  "summary_quantiles=", "histogram_buckets=10,5", "histogram_buckets=1,inf"])
 def test_malformed_metrics_config_is_a_start_up_error(item: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ServerError, match="--metrics-config"):
         parse_metrics_config([item])
     assert main(["--model-repository=/nonexistent", f"--metrics-config={item}"]) == 1
     assert "--metrics-config" in capsys.readouterr().err
+
+
+def test_summary_quantiles_as_triton_reads_them(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    # Triton's own test value (qa/L0_metrics): "0.0.1" reads as 0.0, as std::stod reads it; the server starts.
+    add_model("add_sub", ADD_SUB)
+    args = build_parser().parse_args(["--metrics-config", "summary_latencies=true", "--metrics-config",
+                                      "summary_quantiles=0.1:0.0.1,0.7:0.01,0.75:0.01"])
+    server = toy_server(metrics_config=options_from_args(args).metrics_config)
+    infer_add_sub(server, http=1, grpc=1)
+    text = scrape(server)
+    for name in SUMMARIES:
+        quantiles = {dict(labels)["quantile"] for (sample, labels) in samples(text) if sample == name}
+        assert quantiles == {"0.1", "0.7", "0.75"}
+    assert value(text, "nv_inference_request_summary_us", quantile="0.75") > 0
+
+
+def test_malformed_quantiles_are_skipped_as_triton_skips_them(caplog: pytest.LogCaptureFixture) -> None:
+    assert parse_metrics_config(["summary_quantiles=0.3:0.1,x:1,0.4,"]).summary_quantiles == ((0.3, 0.1),)
+    assert "Invalid option: [x:1]" in caplog.text and "Invalid option: [0.4]. No ':' delimiter found" in caplog.text
+    assert parse_metrics_config(["summary_quantiles=0.5"]).summary_quantiles == DEFAULT_QUANTILES  # none valid
+    assert parse_metrics_config(["summary_quantiles=0.2:0.1", "summary_quantiles=y"]).summary_quantiles == ((0.2, 0.1),)
+
+
+def test_summaries_of_a_cached_model_as_triton(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    # Triton's qa/L0_metrics with the cache on: every summary but the request one, and the queue summary
+    # counts the cached requests too.
+    add_model("cached", COUNTER)
+    server = toy_server(cache_config=("local", {"size": "1048576"}),
+                        metrics_config=parse_metrics_config(["summary_latencies=true"]))
+    tensor = httpclient.InferInput("INPUT0", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([7], dtype=np.int32))
+    for _ in range(3):
+        httpclient.InferenceServerClient(server.http_url).infer("cached", [tensor])
+    text = scrape(server)
+    kinds = families(text)
+    for name in [*SUMMARIES[1:], "nv_cache_hit_summary_per_model", "nv_cache_miss_summary_per_model"]:
+        assert kinds[name] == "summary"
+    assert "nv_inference_request_summary_us" not in text
+    assert value(text, "nv_inference_queue_summary_us_count", "cached") == 3
+    assert value(text, "nv_inference_compute_infer_summary_us_count", "cached") == 1
+    assert value(text, "nv_cache_hit_summary_per_model_count", "cached") == 2
 
 
 def test_metrics_config_defaults_and_settings() -> None:

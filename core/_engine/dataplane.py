@@ -149,7 +149,8 @@ class DataPlane:
             failure = error if isinstance(error, ServerError) else unexpected(error)
             if failure is not error:  # a bug in a scheduler, the cache or the checks
                 log.error("model '%s' could not take a request", request.model_name, exc_info=error)
-            stats.record_end(request.arrival_ns, False, failure_reason(failure.status, in_backend=False))
+            if failure.status is not Status.UNAVAILABLE:  # the scheduler refused it (full queue): Triton counts nothing
+                stats.record_end(request.arrival_ns, False, failure_reason(failure.status, in_backend=False))
             if lease is not None:
                 lease.release()
             if request.trace is not None:
@@ -255,8 +256,9 @@ class DataPlane:
 
 
 def failure_reason(status: Status, *, in_backend: bool) -> str:
-    """Triton's ``reason`` label for a failed request: REJECTED (queue full, queue timeout),
-    CANCELED, BACKEND (the model's execution failed) or OTHER (e.g. invalid input)."""
+    """Triton's ``reason`` label for a failed request: REJECTED (its queue timeout expired), CANCELED,
+    BACKEND (the model's execution failed) or OTHER (e.g. invalid input). A request its scheduler
+    refuses to queue (``max_queue_size``, unloading) is not counted at all, as in Triton."""
     if status is Status.CANCELLED:
         return "CANCELED"
     if status is Status.UNAVAILABLE:

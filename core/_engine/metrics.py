@@ -1,7 +1,9 @@
 """Prometheus metrics with Triton's names, built at scrape time from each model version's ModelStats."""
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +27,10 @@ DEFAULT_BUCKETS_US = (100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 2500
 # Triton's default buckets of nv_inference_first_response_histogram_ms.
 DEFAULT_FIRST_RESPONSE_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
 FLAG = "--metrics-config"
+# The number at the start of a string, as C's strtod (Triton's std::stod) reads it.
+_LEADING_NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,14 @@ def parse_metrics_config(items: list[str]) -> MetricsConfig:
     unknown = []
     for item in items:
         setting, sep, value = item.partition("=")
-        if not sep or "," in setting or not setting:
+        if not sep or "," in setting or not setting or not value:
             raise ServerError(f"{FLAG} option format is <setting>=<value>. Got {item}")
         if setting in ("counter_latencies", "summary_latencies", "histogram_latencies"):
             values[setting] = _boolean(setting, value)
         elif setting == "summary_quantiles":
-            values[setting] = _quantiles(value)
+            quantiles = _quantiles(value)
+            if quantiles:  # as Triton: none valid keeps the quantiles in force
+                values[setting] = quantiles
         elif setting in ("histogram_buckets", "first_response_buckets"):
             values[setting] = _buckets(setting, value)
         else:
@@ -76,16 +84,26 @@ def _boolean(setting: str, value: str) -> bool:
 
 
 def _quantiles(value: str) -> tuple[tuple[float, float], ...]:
+    """Triton's ``ParseQuantiles``: comma-separated ``<quantile>:<error>`` pairs, each number read as
+    ``std::stod`` reads it (its leading number: ``0.0.1`` is 0.0); a pair without ``:`` or a number is
+    logged and skipped, not a start-up error."""
     pairs = []
-    for part in value.split(","):
+    parts = value.split(",")
+    if parts[-1] == "":
+        parts.pop()  # a trailing comma ends the list, as std::getline reads it
+    for part in parts:
         quantile, sep, error = part.partition(":")
-        try:
-            pair = (float(quantile), float(error))
-        except ValueError:
-            pair = None
-        if not sep or pair is None or not 0 <= pair[0] <= 1 or not 0 <= pair[1] <= 1:
-            raise ServerError(f"{FLAG} summary_quantiles={value}: expected <quantile>:<error>[,...] "
-                              f"with both in [0, 1], got '{part}'")
+        if not sep:
+            log.error("Invalid option: [%s]. No ':' delimiter found. Expected format is <quantile>:<error>", part)
+            continue
+        numbers = [_LEADING_NUMBER.match(text) for text in (quantile, error)]
+        if numbers[0] is None or numbers[1] is None:
+            log.error("Invalid option: [%s]. Error: stod", part)
+            continue
+        pair = (float(numbers[0].group()), float(numbers[1].group()))
+        if not all(math.isfinite(number) for number in pair):  # std::stod throws out_of_range
+            log.error("Invalid option: [%s]. Error: stod", part)
+            continue
         pairs.append(pair)
     return tuple(pairs)
 
@@ -252,7 +270,7 @@ class TritonCollector(Collector):
                 metric.add_sample(f"{name}_sum", labels, window.sum)
                 for quantile, value in zip(wanted, window.quantiles(wanted, now)):
                     metric.add_sample(name, {**labels, "quantile": _number(quantile)}, value)
-            if metric.samples or not kind.startswith("cache"):
+            if metric.samples:  # a family without samples is not written, as prometheus-cpp does
                 yield metric
 
     def _histograms(self, versions: list[_Version]) -> Iterator[Metric]:

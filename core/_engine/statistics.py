@@ -187,6 +187,9 @@ class ModelStats:
         self.last_inference_ms = 0
         self.batch_stats: dict[int, BatchStats] = {}
         self.failures = dict.fromkeys(FAILURE_REASONS, 0)  # fail.count by Triton's reason
+        # Set by a scheduler whose failed requests Triton counts under one reason, whatever failed them
+        # (an ensemble's: OTHER); None counts each failure under the reason given to ``record_end``.
+        self.failure_reason: str | None = None
         self.enqueued = 0  # requests handed to the scheduler ...
         self.dequeued = 0  # ... and taken from its queue to run (or dropped, cancelled): the difference is pending
         self.load_seconds = 0.0
@@ -209,10 +212,14 @@ class ModelStats:
                 self.latency.observe("request", ns)
         else:
             self.fail.add(ns)
-            self.failures[reason] += 1
+            self.failures[self.failure_reason or reason] += 1
 
     def record_cache(self, hit: bool, ns: int) -> None:
+        """A response cache lookup that took ``ns``. A hit also counts as a request that waited no time in
+        the queue, as in Triton, whose queue statistics and summary include cached requests."""
         (self.cache_hit if hit else self.cache_miss).add(ns)
+        if hit:
+            self.record_queue(0)
         if self.latency is not None:
             self.latency.observe("cache_hit" if hit else "cache_miss", ns)
 

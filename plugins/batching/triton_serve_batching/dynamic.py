@@ -7,6 +7,10 @@ holds more than the largest preferred size; a smaller batch waits up to
 ``max_queue_delay_microseconds`` for more requests. A waiting worker sleeps on one future, which
 ``enqueue`` resolves or a timer handle resolves at the delay's end.
 
+Queue timeouts (``queues.PriorityQueue``) are applied when a batch is formed and, so that a request
+waits no longer than its timeout while every instance is busy, by one timer armed for the earliest
+deadline in the queue (only models whose queue policy sets a timeout ever arm it).
+
 ``TRITONSERVER_DELAY_SCHEDULER=N`` (read at load, a testing aid as in Triton) forms no batch
 until N requests have been queued; after that the batcher behaves normally.
 """
@@ -39,6 +43,8 @@ class DynamicBatcher(Scheduler):
         self.delay_until_queued = delay_scheduler_count()
         self.ordering = _ResponseOrdering() if config.preserve_ordering else None
         self._wakeup: asyncio.Future[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None  # fires at _expiry_ns, the earliest queue deadline
+        self._expiry_ns = NO_DEADLINE
         self._forming = asyncio.Lock()
         self._workers: list[asyncio.Task[None]] = []
         self._executing = 0
@@ -49,7 +55,9 @@ class DynamicBatcher(Scheduler):
     def enqueue(self, request: InferenceRequest) -> None:
         if self._stopping:
             raise ServerError(f"model '{self.model.name}' is unloading", Status.UNAVAILABLE)
-        self.queue.push(request, request_batch_size(request, self.model.config))
+        deadline = self.queue.push(request, request_batch_size(request, self.model.config))
+        if deadline < self._expiry_ns:
+            self._arm_expiry(deadline)
         if self.ordering is not None:
             self.ordering.add(request)
         self._idle.clear()
@@ -63,6 +71,8 @@ class DynamicBatcher(Scheduler):
         self._stopping = True
         self._wake()
         await self._idle.wait()
+        if self._expiry is not None:
+            self._expiry.cancel()
         for worker in self._workers:
             worker.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -149,7 +159,25 @@ class DynamicBatcher(Scheduler):
             entry.request.fail(ServerError(f"request to model '{self.model.name}' was cancelled", Status.CANCELLED))
             self._answered(entry.request)
 
+    def _arm_expiry(self, deadline_ns: int) -> None:
+        """Apply the queue's timeouts at ``deadline_ns``, even while every instance is busy."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        delay_s = max(deadline_ns - time.monotonic_ns(), 0) / 1e9
+        self._expiry = asyncio.get_running_loop().call_later(delay_s, self._on_expiry)
+        self._expiry_ns = deadline_ns
+
+    def _on_expiry(self) -> None:
+        self._expiry, self._expiry_ns = None, NO_DEADLINE
+        self._drop_expired_and_cancelled(time.monotonic_ns())
+        deadline = self.queue.next_deadline()
+        if deadline < NO_DEADLINE:
+            self._arm_expiry(deadline)
+        self._wake()  # the worker forming a batch looks at the queue again
+
     def _answered(self, request: InferenceRequest) -> None:
+        """A queued request was answered without running (queue timeout, cancelled): it is no longer pending."""
+        self.context.stats.dequeued += 1
         if self.ordering is not None:
             self.ordering.finished([request])
         self._check_idle()

@@ -17,7 +17,12 @@ class EnsembleScheduler(Scheduler):
     """Scheduler for ``ensemble_scheduling``. Each request runs as one task on the event loop; its step
     requests go to the composing models' own schedulers (batching, statistics and rate limits apply);
     intermediate tensors stay numpy arrays in this process. ``max_inflight_requests`` bounds the
-    requests in flight at each step across all of this ensemble's requests (a step waits for room)."""
+    requests in flight at each step across all of this ensemble's requests (a step waits for room).
+
+    As Triton 2.51 counts them, a failed ensemble request counts twice in the ensemble's failures
+    (``fail`` and ``nv_inference_request_failure``), both with reason OTHER whatever failed it: once
+    for its error response, once when its last step request is released. The failing step's model
+    counts its own failure (REJECTED for a queue timeout; nothing for a full queue)."""
 
     def __init__(self, context: ModelContext) -> None:
         super().__init__(context)
@@ -26,6 +31,7 @@ class EnsembleScheduler(Scheduler):
         limit = config.ensemble_scheduling.max_inflight_requests
         self.room = [asyncio.Semaphore(limit) if limit else None for _ in self.graph.steps]
         self.decoupled_steps: set[int] = set()
+        context.stats.failure_reason = "OTHER"
         self._runs: set[asyncio.Task[None]] = set()
         self._stopping = False
 
@@ -108,6 +114,7 @@ class _EnsembleRun:
         if self.error is not None or self.request.finished:
             return
         self.error = error
+        self.scheduler.context.stats.record_end(self.request.arrival_ns, False)  # Triton's count at release
         self.request.fail(error)
         for step_request in list(self.in_flight):
             step_request.cancel()
