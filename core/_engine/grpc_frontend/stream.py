@@ -96,10 +96,14 @@ class InferStream:
                 request.parameters.update(self.forwarded_headers)
             empty_final = wants_empty_final_response(message)
             self.dataplane.submit(request)
+            answered = False
             async for response, final in request.responses():
+                if answered and done is not None:  # Triton writes one response per non-decoupled request
+                    continue
                 outgoing = _response_message(request, response, final, empty_final)
                 if outgoing is None:
                     continue
+                answered = True
                 if previous is not None:
                     await previous
                     previous = None

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
@@ -42,8 +43,6 @@ MISBEHAVING = """
                 raise pb_utils.TritonError("nothing here", pb_utils.TritonError.NOT_FOUND)
             if mode == "dtype":
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good.astype(np.float32))])]
-            if mode == "shape":
-                return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.arange(5, dtype=np.int32))])]
             if mode == "undeclared":
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("Z", good)])]
             if mode == "count":
@@ -59,17 +58,32 @@ MISBEHAVING = """
             return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", good)])]
 """
 
+# Output shapes are not checked against the config (Triton's rule), except that a reshaped output must fit it.
+SHAPES = """
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            mode = pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0].decode()
+            size = 3 if mode == "bad_reshape" else 4
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("ANY", np.array([7], np.int32)),
+                                                pb_utils.Tensor("FOUR", np.arange(5, dtype=np.int32)),
+                                                pb_utils.Tensor("R", np.arange(size, dtype=np.int32))])]
+"""
+
 # code name -> the HTTP status Triton gives it
 HTTP_STATUS = {"INTERNAL": 500, "NOT_FOUND": 404, "INVALID_ARG": 400, "UNAVAILABLE": 503, "UNSUPPORTED": 501,
                "ALREADY_EXISTS": 400, "CANCELLED": 400, "UNKNOWN": 400}
 
 # mode -> (HTTP status, words the error message must contain)
 MISTAKES = {
-    "value_error": (500, "execute of python model 'misbehaving' raised ValueError: bad value"),
-    "model_exception": (500, "the model says no"),
+    "value_error": (500, "Failed to process the request(s) for model 'misbehaving_0_0', message: ValueError: bad value"
+                         "\n\nAt:\n  "),
+    "model_exception": (500, "Failed to process the request(s) for model 'misbehaving_0_0', message: "
+                             "TritonModelException: the model says no\n\nAt:\n  "),
     "triton_error": (404, "nothing here"),
     "dtype": (500, "returned output 'Y' with datatype 'FP32', but its config declares 'INT32'"),
-    "shape": (500, "returned output 'Y' with shape [5], which does not match its config dims [4]"),
     "undeclared": (500, "returned output 'Z', which its config does not declare"),
     "count": (500, "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                    "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:2"),
@@ -91,6 +105,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Iterator[Runni
     kit.write_model(repo, "misbehaving", MISBEHAVING, """
         input [ { name: "MODE", data_type: TYPE_STRING, dims: [ 1 ] } ]
         output [ { name: "Y", data_type: TYPE_INT32, dims: [ 4 ] } ]
+    """)
+    kit.write_model(repo, "shapes", SHAPES, """
+        input [ { name: "MODE", data_type: TYPE_STRING, dims: [ 1 ] } ]
+        output [ { name: "ANY", data_type: TYPE_INT32, dims: [ -1, -1 ] },
+                 { name: "FOUR", data_type: TYPE_INT32, dims: [ 4 ] },
+                 { name: "R", data_type: TYPE_INT32, dims: [ 2, 2 ], reshape: { shape: [ 4 ] } } ]
     """)
     running = kit.start_server(repo, f"tsp_errors_{os.getpid()}_{uuid.uuid4().hex[:6]}_")
     yield running
@@ -125,3 +145,24 @@ def test_model_keeps_serving_after_its_mistakes(kit: Any, client: http.Inference
     result = kit.infer(client, "misbehaving", MODE=np.array([b"ok"], dtype=object))
     np.testing.assert_array_equal(result.as_numpy("Y"), np.arange(4, dtype=np.int32))
     assert client.is_server_ready() and client.is_model_ready("misbehaving")
+
+
+def test_output_shapes_pass_through_as_in_triton(kit: Any, client: http.InferenceServerClient,
+                                                 server: RunningServer) -> None:
+    """Triton's core and python backend check no output shape against the config: [1] for dims [-1, -1] and [5]
+    for dims [4] reach the client as they are; a reshaped output takes its config dims."""
+    result = kit.infer(client, "shapes", MODE=np.array([b"ok"], dtype=object))
+    assert result.as_numpy("ANY").tolist() == [7]
+    assert result.as_numpy("FOUR").tolist() == [0, 1, 2, 3, 4]
+    assert result.as_numpy("R").tolist() == [[0, 1], [2, 3]]
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("MODE", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([b"ok"], dtype=object))
+        assert grpc.infer("shapes", [tensor]).as_numpy("ANY").tolist() == [7]
+    finally:
+        grpc.close()
+    error = _error_of(kit, client, "shapes", MODE=np.array([b"bad_reshape"], dtype=object))
+    assert error.status() == "500"
+    assert error.message() == ("model 'shapes' returned output 'R' with shape [3], which cannot be reshaped to its "
+                               "config dims [2, 2]")

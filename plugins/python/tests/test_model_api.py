@@ -100,8 +100,10 @@ def test_response_parameters_are_checked() -> None:
     for bad, kind in (({"f": 0.5}, "float"), ({"n": None}, "NoneType"), ({"d": {"x": 1}}, "dict")):
         with pytest.raises(pb_utils.TritonModelException, match=f"must be one of bool, int, str, got {kind}"):
             pb_utils.InferenceResponse([], parameters=bad)
-    with pytest.raises(pb_utils.TritonModelException, match="error must be a pb_utils.TritonError"):
-        pb_utils.InferenceResponse(error="oops")  # type: ignore[arg-type]
+    with pytest.raises(pb_utils.TritonModelException, match="error must be a pb_utils.TritonError or a str"):
+        pb_utils.InferenceResponse(error=42)  # type: ignore[arg-type]
+    error = pb_utils.InferenceResponse(error="oops").error()  # Triton takes a plain string
+    assert error is not None and (error.message(), error.code()) == ("oops", pb_utils.TritonError.INTERNAL)
 
 
 def test_triton_error_codes() -> None:

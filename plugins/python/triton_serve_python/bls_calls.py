@@ -97,8 +97,11 @@ class BlsCalls:
                                error.status) from None
             raise _failure(name, error.message, error.status) from None
         responses = request.responses()
-        parents = self._open_requests.find(packed.get("parents", ()))
+        parent_keys = packed.get("parents", ())
+        parents = self._open_requests.find(parent_keys)
         watcher = asyncio.get_running_loop().create_task(_cancel_with(parents, request)) if parents else None
+        if parent_keys and not parents and all(self._open_requests.is_cancelled(key) for key in parent_keys):
+            request.cancel()  # every calling request was cancelled already (and so ended)
         try:
             while True:
                 try:

@@ -32,6 +32,7 @@ class PythonModelInstance(ModelInstance):
     """
 
     answers_later = True
+    max_batches_in_flight = 2  # the worker runs batches in order; the next one waits in its socket
     model: PythonModel
 
     def __init__(self, model: PythonModel, spec: InstanceSpec) -> None:

@@ -25,13 +25,17 @@ def unpack_core_response(packed: InlineResponse) -> InferenceResponse:
 
 class OpenRequests:
     """Requests of one worker that are not finished: each gets a key when its batch goes to the worker, and
-    leaves once its final response is sent. Runs on the server's event loop."""
+    leaves once its final response is sent, or once its client cancels it or goes away (Triton keeps such a
+    request until the model ends it; here it ends at once, with CANCELLED, so a model that never answers holds
+    nothing but its key, which ``is_cancelled`` keeps answering True for until the model ends the request).
+    Runs on the server's event loop."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self._requests: dict[int, InferenceRequest] = {}
         self._keys = itertools.count(1)
         self._executing: set[int] = set()  # the batch in the worker now: its failure fails those requests
+        self._cancelled: set[int] = set()  # keys of requests ended by their cancellation, until the model ends them
 
     def __len__(self) -> int:
         return len(self._requests)
@@ -41,7 +45,29 @@ class OpenRequests:
         keys = [next(self._keys) for _ in requests]
         self._requests.update(zip(keys, requests))
         self._executing.update(keys)
+        for key, request in zip(keys, requests):
+            self._watch(key, request)
         return keys
+
+    def _watch(self, key: int, request: InferenceRequest) -> None:
+        """End the request when it is cancelled (chained after the request's own ``on_cancel``)."""
+        if request.cancelled.is_set():
+            self._end_cancelled(key)
+            return
+        before = request.on_cancel
+
+        def cancelled() -> None:
+            if before is not None:
+                before()
+            self._end_cancelled(key)
+        request.on_cancel = cancelled
+
+    def _end_cancelled(self, key: int) -> None:
+        request = self._requests.pop(key, None)
+        if request is None or request.finished:
+            return
+        self._cancelled.add(key)
+        request.fail(ServerError("the request was cancelled", Status.CANCELLED))
 
     def executed(self, keys: Sequence[int], answered: Sequence[bool]) -> None:
         """The batch of ``keys`` returned: forget the requests ``answered`` by what it returned."""
@@ -49,12 +75,15 @@ class OpenRequests:
         for key, done in zip(keys, answered):
             if done:
                 self._requests.pop(key, None)
+                self._cancelled.discard(key)
 
     def deliver(self, key: int, packed: InlineResponse | None, final: bool) -> None:
         """Send a RESPONSE frame's response to its request (dropped if the request already ended)."""
         request = self._requests.get(key)
         if request is None or request.finished:
             self._requests.pop(key, None)
+            if final:
+                self._cancelled.discard(key)
             log.debug("dropped a response of %s for a request that already ended", self.label)
             return
         if final:
@@ -74,12 +103,15 @@ class OpenRequests:
 
     def is_cancelled(self, key: int) -> bool:
         """The ``is_cancelled`` call: whether the client cancelled the request (False once it ended)."""
+        if key in self._cancelled:
+            return True
         request = self._requests.get(key)
         return request is not None and request.cancelled.is_set()
 
     def fail_all(self, message: str) -> None:
         """End every open request with ``message`` (the worker died, or the model unloads), except those of
         the executing batch, which fail with the batch."""
+        self._cancelled.clear()
         requests = [request for key, request in self._requests.items() if key not in self._executing]
         self._requests = {key: self._requests[key] for key in self._executing if key in self._requests}
         for request in requests:

@@ -8,10 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from triton_serve.plugin import InferenceClient, InferenceRequest, InferenceResponse, ServerError, Status
+from triton_serve.plugin import (InferenceClient, InferenceRequest, InferenceResponse, ServerError, Status,
+                                 mark_inputs_ready, mark_outputs_ready)
 
 from .arena import Arena, TensorLayout, grown_size
 from .bls_calls import BlsCalls
@@ -27,6 +29,11 @@ model_log = logging.getLogger("triton_serve_python.model")
 _LEVELS = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR, "VERBOSE": logging.DEBUG}
 _EOF_GRACE_S = 2.0  # a worker that closed its socket but is still running after this is killed
 _READ_SIZE = 64 * 1024  # bytes read from a worker's socket at a time
+# A batch whose inputs take at most this many bytes travels inside its EXECUTE frame, and its outputs inside the
+# RESULT frame, so several such batches can be on their way to the worker at once (the worker runs them in
+# order); a larger one goes through the arenas, alone.
+INLINE_LIMIT = 64 * 1024
+_ANSWERS = frozenset({Kind.STARTED, Kind.READY, Kind.FAILED, Kind.RESULT, Kind.FINALIZED})
 _MODEL_LOCATION = re.compile(r"([^\s:\]]+):(\d+)\] (.*)", re.S)  # pb_utils.Logger's "model.py:12] message"
 
 
@@ -87,10 +94,13 @@ class _WorkerConnection(asyncio.BufferedProtocol):
 class WorkerProcess:
     """One worker process serving one model instance, with its socket and its two shared-memory arenas.
 
-    ``start`` launches it and initializes the model; ``execute`` runs one batch at a time; ``stop`` finalizes
-    it. If it exits by itself or is killed (a crash, ``os._exit``, an execute timeout) after starting,
-    ``on_exit`` is called with how it ended, its arenas are released, its BLS calls are cancelled and the
-    requests it still had to answer through response senders fail. Runs on the server's event loop.
+    ``start`` launches it and initializes the model; ``execute`` sends it a batch and waits for the batch's
+    result: small batches travel inside the frames and may be sent while earlier ones are still running (the
+    worker runs them in order and answers in order), a batch with larger inputs goes through the arenas once
+    nothing else is on its way; ``stop`` finalizes it. If it exits by itself or is killed (a crash,
+    ``os._exit``, an execute timeout) after starting, ``on_exit`` is called with how it ended, its arenas are
+    released, its BLS calls are cancelled, and the batches and the requests it still had to answer through
+    response senders fail. Runs on the server's event loop.
     """
 
     def __init__(self, label: str, options: PythonBackendOptions, on_exit: Callable[[str], None],
@@ -102,7 +112,10 @@ class WorkerProcess:
         self._process: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
         self._exit_task: asyncio.Task[None] | None = None
-        self._reply: asyncio.Future[Message] | None = None
+        # The answers the worker owes, in the order it will send them (it answers in the order it was asked).
+        self._replies: deque[asyncio.Future[Message]] = deque()
+        self._drained: asyncio.Future[None] | None = None  # set once ``_replies`` is empty
+        self._through_arena = False  # a batch that uses the arenas is on its way
         self._kill_reason = ""
         self._ready = False
         self._stopping = False
@@ -168,7 +181,7 @@ class WorkerProcess:
             worker_end.close()
         self._exit_task = asyncio.create_task(self._watch_exit())
         loop = asyncio.get_running_loop()
-        self._reply = loop.create_future()  # for STARTED
+        self._replies.append(loop.create_future())  # for STARTED
         try:
             self._transport, _ = await loop.create_unix_connection(lambda: _WorkerConnection(self),
                                                                    sock=server_end)
@@ -221,8 +234,9 @@ class WorkerProcess:
         how = "was stopped because the model unloads" if self._stopping else self.exit_description
         self.open_requests.fail_all(f"python backend worker for {self.label} {how} before the model sent the "
                                     "final response")
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_exception(WorkerFailure(self.exit_description))
+        while self._replies:
+            self._fail(self._replies.popleft())
+        self._wake_drained()
         if self._ready and not self._stopping:
             self._on_exit(self.exit_description)
 
@@ -237,29 +251,26 @@ class WorkerProcess:
         """Send a message and wait for the worker's answer (see ``_wait_reply``)."""
         if self.exit_description is not None or self._transport is None:
             raise WorkerFailure(self.exit_description or "is not running")
-        self._reply = asyncio.get_running_loop().create_future()
+        self._replies.append(asyncio.get_running_loop().create_future())
         self._transport.write(encode(kind, body))
         return await self._wait_reply(timeout, what)
 
     async def _wait_reply(self, timeout: float, what: str) -> Message:
-        """Wait for the message that resolves ``_reply``; kill the worker if ``what`` takes over ``timeout``
+        """Wait for the answer the last message sent asked for; kill the worker if ``what`` takes over ``timeout``
         seconds (0: no limit), and raise WorkerFailure if it dies first."""
-        reply = self._reply
-        assert reply is not None
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(timeout, self._time_out, reply, timeout, what) if timeout else None
+        reply = self._replies[-1]
+        if not timeout:
+            return await reply
+        timer = asyncio.get_running_loop().call_later(timeout, self._time_out, reply, timeout, what)
         try:
             return await reply
         finally:
-            if timer is not None:
-                timer.cancel()
-            self._reply = None
+            timer.cancel()
 
     def _time_out(self, reply: asyncio.Future[Message], timeout: float, what: str) -> None:
-        """``reply`` is overdue: ignore it if it still comes, kill the worker, and fail ``reply`` once it exited."""
+        """``reply`` is overdue: kill the worker, and fail ``reply`` once it exited (if it did not come by then)."""
         if reply.done():
             return
-        self._reply = None
         self._kill(f"was killed because {what} did not finish within {timeout:g} s")
         assert self._exit_task is not None
         self._exit_task.add_done_callback(lambda _task: self._fail(reply))
@@ -267,6 +278,19 @@ class WorkerProcess:
     def _fail(self, reply: asyncio.Future[Message]) -> None:
         if not reply.done():
             reply.set_exception(WorkerFailure(self.exit_description))
+
+    async def _wait_drained(self) -> None:
+        """Until the worker has answered everything it was asked (or died)."""
+        while self._replies:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)
+
+    def _wake_drained(self) -> None:
+        if self._drained is not None and not self._replies:
+            if not self._drained.done():
+                self._drained.set_result(None)
+            self._drained = None
 
     def _send(self, frame: bytes) -> None:
         if self._transport is not None:
@@ -283,23 +307,32 @@ class WorkerProcess:
             _log_model_line(*body)
         elif kind == Kind.GROW:
             self._grow_output(body)
-        elif self._reply is not None and not self._reply.done():
-            if kind == Kind.RESULT and body[1] is not None:
-                self._read_result(body[1], self._reply)
-            else:
-                self._reply.set_result((kind, body))
+        elif kind in _ANSWERS and self._replies:
+            reply = self._replies.popleft()
+            if not reply.done():  # done: failed by a timeout while the answer was on its way
+                if kind == Kind.RESULT:
+                    self._read_result(body, reply)
+                else:
+                    reply.set_result((kind, body))
+            if not self._replies:
+                self._wake_drained()
         else:
             log.warning("unexpected %s message from the python backend worker for %s", kind.name, self.label)
 
-    def _read_result(self, results: list[ResponseTuple | None], reply: asyncio.Future[Message]) -> None:
-        """Copy the outputs out of the arena now, before anything else (the worker's exit) can release it."""
+    def _read_result(self, body: Any, reply: asyncio.Future[Message]) -> None:
+        """Copy the outputs out of the frame or the arena now, before anything else (the next batch, the worker's
+        exit) can replace them."""
+        error, results, inline, timing = body
+        if results is None:
+            reply.set_result((Kind.RESULT, (error, None, None)))
+            return
         try:
-            responses = read_responses(results, self._arenas["output"].buf)
+            responses = read_responses(results, memoryview(inline) if inline is not None else self._arenas["output"].buf)
         except Exception as error:  # a worker bug must fail the batch, not the connection
             reply.set_exception(ServerError(f"unreadable outputs from the python backend worker for {self.label}: "
                                             f"{type(error).__name__}: {error}", Status.INTERNAL))
             return
-        reply.set_result((Kind.RESULT, (None, responses)))
+        reply.set_result((Kind.RESULT, (None, responses, timing)))
 
     def _on_disconnect(self) -> None:
         if self.exit_description is None:
@@ -332,6 +365,15 @@ class WorkerProcess:
             raise WorkerFailure(self.exit_description or "is not running")
         layout = TensorLayout()
         described = describe_requests(requests, layout)
+        if layout.size <= INLINE_LIMIT:
+            if self._through_arena:
+                await self._wait_drained()
+            inline = bytearray(layout.size)
+            layout.write(memoryview(inline))
+            return await self._execute(requests, (None, described, None, inline))
+        await self._wait_drained()  # the arenas serve one batch, with nothing else on its way
+        if not self.running:
+            raise WorkerFailure(self.exit_description or "is not running")
         new_input = None
         if layout.size > self._arenas["input"].size:
             try:
@@ -340,10 +382,18 @@ class WorkerProcess:
                 raise ServerError(f"no shared memory for {layout.size} bytes of inputs of {self.label}: {error}",
                                   Status.UNAVAILABLE) from None
         layout.write(self._arenas["input"].buf)
-        keys = self.open_requests.add(requests)
+        self._through_arena = True
         try:
-            _kind, (batch_error, responses) = await self._call(Kind.EXECUTE, (new_input, described, keys),
-                                                               self.options.execute_timeout_seconds, "execute")
+            return await self._execute(requests, (new_input, described, None, None))
+        finally:
+            self._through_arena = False
+
+    async def _execute(self, requests: Sequence[InferenceRequest], body: tuple[Any, ...]) -> list[InferenceResponse | None]:
+        keys = self.open_requests.add(requests)
+        body = (body[0], body[1], keys, body[3])
+        try:
+            _kind, (batch_error, responses, timing) = await self._call(
+                Kind.EXECUTE, body, self.options.execute_timeout_seconds, "execute")
         except BaseException:
             self.open_requests.executed(keys, [True] * len(keys))  # the caller fails the whole batch
             raise
@@ -354,4 +404,7 @@ class WorkerProcess:
             if trace:
                 log.error("%s\n%s", message, trace)
             raise ServerError(message, Status[code_name])
+        if timing is not None:  # the worker's own clock: the time this batch waited behind others is not inference
+            mark_inputs_ready(timing[0])
+            mark_outputs_ready(timing[1])
         return responses

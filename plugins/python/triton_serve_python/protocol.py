@@ -1,9 +1,9 @@
 """The server <-> worker wire over a Unix socket pair: frames of a fixed binary header and a marshal body.
 
 A frame is ``<kind: u8><body length: u32 LE>`` and then the body: plain values (None, bool, int, float, str,
-tuple, list, dict) in ``marshal`` format, which is fast and needs no pickle; both ends run the same interpreter,
-as marshal's format requires. Only metadata travels here; tensor bytes travel through the shared-memory arenas
-(arena.py).
+tuple, list, dict, bytes) in ``marshal`` format, which is fast and needs no pickle; both ends run the same
+interpreter, as marshal's format requires. Tensor bytes of small batches travel inside EXECUTE and RESULT frames,
+laid out as in the arenas; larger ones travel through the shared-memory arenas (arena.py).
 """
 from __future__ import annotations
 
@@ -28,14 +28,16 @@ class Kind(IntEnum):
 
     # server -> worker
     INIT = 1  # init dict: model_file, outputs, args, input_arena, output_arena
-    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...])
+    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...], inputs' bytes or None)
     GROWN = 3  # (new output arena name or None, error text or None)
     FINALIZE = 4  # None
     # worker -> server
     STARTED = 5  # None: the process is up and waits for INIT
     READY = 6  # None
     FAILED = 7  # (message, traceback text)
-    RESULT = 8  # (BatchError or None, [ResponseTuple or None, ...] or None); None: answered through a sender
+    # (BatchError or None, [ResponseTuple or None, ...] or None, outputs' bytes or None, (start ns, end ns) or None);
+    # a response None: answered through a sender; bytes None: the outputs are in the output arena
+    RESULT = 8
     GROW = 9  # bytes needed in the output arena
     LOG = 10  # (level name, line)
     FINALIZED = 11  # None

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import inspect
+import logging
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .arena import read_tensor
@@ -18,6 +22,48 @@ from .pb_utils.response_sender import InferenceResponseSender
 from .pb_utils.server_link import ServerLink
 from .pb_utils.tensor import Tensor
 from .protocol import RequestTuple
+
+_PACKAGE = str(Path(__file__).resolve().parent)  # frames here are Triton's C++ side, left out of error texts
+_ASYNCIO = str(Path(asyncio.__file__).resolve().parent)
+log = logging.getLogger("triton_serve_python.model")
+
+
+class ExecuteReturnError(TritonError):
+    """What ``execute`` returned breaks Triton's rules (the stub's own check: its text has no exception type)."""
+
+
+def execute_failure(error: BaseException, model_instance_name: str) -> str:
+    """Triton's text for a batch whose ``execute`` failed: the instance and, for an exception raised by the model,
+    its type, message and frames as pybind11 writes them (innermost first, ``  file(line): function``)."""
+    if isinstance(error, ExecuteReturnError):
+        detail = error.message()
+    else:
+        detail = f"{type(error).__name__}: {str(error) or '<EMPTY MESSAGE>'}"
+        frames = _model_frames(error)
+        if frames:
+            detail += "\n\nAt:\n" + "".join(f"  {frame.f_code.co_filename}({frame.f_lineno}): "
+                                           f"{frame.f_code.co_name}\n" for frame in frames)
+    return f"Failed to process the request(s) for model '{model_instance_name}', message: {detail}"
+
+
+def _model_frames(error: BaseException) -> list[FrameType]:
+    """The frames from where ``error`` was raised out to the model's ``execute``, without pb_utils' own."""
+    tb = error.__traceback__
+    if tb is None:
+        return []
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame: FrameType | None = tb.tb_frame
+    frames: list[FrameType] = []
+    while frame is not None:
+        filename = str(Path(frame.f_code.co_filename).resolve()) if frame.f_code.co_filename[:1] != "<" else ""
+        if filename.startswith((_PACKAGE, _ASYNCIO)):
+            if frames:  # out of the model, back in the worker (or the event loop running it)
+                break
+        else:
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 def load_model_class(model_file: str) -> type:
@@ -51,6 +97,7 @@ class ModelRunner:
             raise AttributeError(f"TritonPythonModel of python model '{model_name}' has no execute method")
         self.model = model_class()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[concurrent.futures.Future[Any]] = set()  # decoupled async executes still running
 
     def initialize(self, args: dict[str, str]) -> None:
         if hasattr(self.model, "initialize"):
@@ -62,7 +109,7 @@ class ModelRunner:
                 self._call(self.model.finalize)
         finally:
             if self._loop is not None:
-                self._loop.close()
+                self._loop.call_soon_threadsafe(self._loop.stop)
 
     def execute(self, requests: list[RequestTuple], input_buffer: memoryview,
                 keys: Sequence[int]) -> list[InferenceResponse | None]:
@@ -72,13 +119,38 @@ class ModelRunner:
         batch = [self._request(request, input_buffer, key) for request, key in zip(requests, keys)]
         token = calling_requests.set(tuple(keys))
         try:
-            return self._checked(self._call(self.model.execute, batch), batch)
+            returned = self.model.execute(batch)
+            if inspect.isawaitable(returned):
+                if self.decoupled:  # as Triton: runs on in the background, execute counts as returned
+                    self._run_in_background(returned, batch)
+                    return [None] * len(batch)
+                returned = self._await(returned)
+            return self._checked(returned, batch)
         except BaseException:
             for request in batch:  # the batch fails as a whole: the server answers every request
                 request._sender._close()  # type: ignore[union-attr]
             raise
         finally:
             calling_requests.reset(token)
+
+    def _run_in_background(self, pending: Any, batch: list[InferenceRequest]) -> None:
+        future = asyncio.run_coroutine_threadsafe(_awaited(pending), self._event_loop())
+        self._background.add(future)
+        future.add_done_callback(lambda done: self._background_done(done, batch))
+
+    def _background_done(self, future: concurrent.futures.Future[Any], batch: list[InferenceRequest]) -> None:
+        """A decoupled ``async def execute`` ended. Triton only logs its exception; here the requests it left
+        without their final response also end, with Triton's text for the failure, so no client waits forever."""
+        self._background.discard(future)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is None:
+            return
+        message = execute_failure(error, self.link.model_instance_name)
+        log.error("%s", message)
+        for request in batch:
+            request._sender._fail(message)  # type: ignore[union-attr]
 
     def _request(self, request: RequestTuple, input_buffer: memoryview, key: int) -> InferenceRequest:
         request_id, correlation_id, flags, timeout, outputs, parameters, refs = request
@@ -95,27 +167,40 @@ class ModelRunner:
         if responses is None:
             return [None] * len(batch)
         if self.decoupled:
-            raise TritonError(f"Python model '{self.model_name}' is using the decoupled mode and the execute "
-                              "function must return None.")
+            raise ExecuteReturnError(f"Python model '{self.model_name}' is using the decoupled mode and the "
+                                     "execute function must return None.")
         if not isinstance(responses, list):
-            raise TritonError(f"Expected a list in the execute return, found type '{type(responses)}'.")
+            raise ExecuteReturnError(f"Expected a list in the execute return, found type '{type(responses)}'.")
         if len(responses) != len(batch):
-            raise TritonError("Number of InferenceResponse objects do not match the number of InferenceRequest "
-                              f"objects. InferenceRequest(s) size is:{len(batch)}, and InferenceResponse(s) size "
-                              f"is:{len(responses)}\n")
+            raise ExecuteReturnError("Number of InferenceResponse objects do not match the number of "
+                                     f"InferenceRequest objects. InferenceRequest(s) size is:{len(batch)}, and "
+                                     f"InferenceResponse(s) size is:{len(responses)}\n")
         for request, response in zip(batch, responses):
             if response is None:
                 continue
             if not isinstance(response, InferenceResponse):
-                raise TritonError("Expected an 'InferenceResponse' object in the execute function return list, "
-                                  f"found type '{type(response)}'.")
+                raise ExecuteReturnError("Expected an 'InferenceResponse' object in the execute function return "
+                                         f"list, found type '{type(response)}'.")
             request._sender._returned()  # type: ignore[union-attr]
         return list(responses)
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         result = method(*args)
-        if inspect.isawaitable(result):
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            result = self._loop.run_until_complete(result)
-        return result
+        return self._await(result) if inspect.isawaitable(result) else result
+
+    def _await(self, pending: Any) -> Any:
+        """Run ``pending`` on the model's event loop and wait for its result; the tasks it starts run on."""
+        return asyncio.run_coroutine_threadsafe(_awaited(pending), self._event_loop()).result()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The model's event loop, started on first use and running on its own daemon thread, as Triton's stub
+        does: tasks that ``execute`` starts keep running after it returned (answering through senders)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)  # as Triton: asyncio.get_event_loop() in execute finds it
+            threading.Thread(target=self._loop.run_forever, name="model event loop", daemon=True).start()
+        return self._loop
+
+
+async def _awaited(pending: Any) -> Any:
+    return await pending

@@ -5,15 +5,16 @@ import faulthandler
 import signal
 import socket
 import sys
+import time
 import traceback
 
 from .arena import TensorLayout, attach, close_mapping, mapped_bytes
-from .pb_utils.errors import TritonError
+from .pb_utils.errors import TritonError, TritonModelException
 from .pb_utils.logger import set_log_sink
 from .pb_utils.messages import InferenceResponse
 from .pb_utils.server_link import ServerLink, set_server_link
 from .protocol import BatchError, BlockingChannel, Kind, RequestTuple, ResponseTuple, encode
-from .runner import ModelRunner
+from .runner import ExecuteReturnError, ModelRunner, execute_failure
 
 
 class WorkerArenas:
@@ -50,27 +51,37 @@ def _response_tuple(response: InferenceResponse | None, layout: TensorLayout) ->
     return refs, response._parameters, None
 
 
-def _batch_error(error: Exception, model_name: str) -> BatchError:
-    """(message, code name, traceback or None): a TritonError keeps its message and code."""
-    if isinstance(error, TritonError):
+def _batch_error(error: Exception, model_instance_name: str) -> BatchError:
+    """(message, code name, traceback or None): Triton's text for a failed ``execute``, INTERNAL. A raised
+    pb_utils.TritonError (which Triton cannot raise: there it is no exception) keeps its message and code."""
+    if isinstance(error, TritonError) and not isinstance(error, (TritonModelException, ExecuteReturnError)):
         return error.message(), error.code_name(), None
-    return (f"execute of python model '{model_name}' raised {type(error).__name__}: {error}", "INTERNAL",
-            traceback.format_exc())
+    trace = None if isinstance(error, ExecuteReturnError) else traceback.format_exc()
+    return execute_failure(error, model_instance_name), "INTERNAL", trace
 
 
-def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas,
-              requests: list[RequestTuple], keys: list[int]) -> bytes:
-    """The RESULT frame for one batch; a failure anywhere, encoding included, makes it a batch error."""
+def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas, requests: list[RequestTuple],
+              keys: list[int], inline: bytes | None) -> bytes:
+    """The RESULT frame for one batch; a failure anywhere, encoding included, makes it a batch error. A batch whose
+    inputs came inside its frame (``inline``) answers inside the frame too: the server may already have sent the
+    next batch, so the arenas are not this batch's to use."""
     try:
-        responses = runner.execute(requests, mapped_bytes(arenas.input), keys)
+        source = memoryview(bytearray(inline)) if inline is not None else mapped_bytes(arenas.input)
+        started = time.monotonic_ns()
+        responses = runner.execute(requests, source, keys)
+        finished = time.monotonic_ns()
         layout = TensorLayout()
         results = [_response_tuple(response, layout) for response in responses]
+        if inline is not None:
+            outputs = bytearray(layout.size)
+            layout.write(memoryview(outputs))
+            return encode(Kind.RESULT, (None, results, outputs, (started, finished)))
         if layout.size > arenas.output.size:
             arenas.grow_output(channel, layout.size)
         layout.write(mapped_bytes(arenas.output))
-        return encode(Kind.RESULT, (None, results))
+        return encode(Kind.RESULT, (None, results, None, (started, finished)))
     except Exception as error:
-        return encode(Kind.RESULT, (_batch_error(error, runner.model_name), None))
+        return encode(Kind.RESULT, (_batch_error(error, runner.link.model_instance_name), None, None, None))
 
 
 def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -> int:
@@ -80,10 +91,10 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
             return 0
         kind, body = message
         if kind == Kind.EXECUTE:
-            input_arena, requests, keys = body
+            input_arena, requests, keys, inline = body
             if input_arena is not None:
                 arenas.replace_input(input_arena)
-            channel.send(run_batch(channel, runner, arenas, requests, keys))
+            channel.send(run_batch(channel, runner, arenas, requests, keys, inline))
         elif kind == Kind.FINALIZE:
             try:
                 runner.finalize()
@@ -95,8 +106,8 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
 
 
 def main(argv: list[str]) -> int:
-    """Say STARTED, receive INIT, load the model and answer READY (or FAILED), then run EXECUTE messages one at
-    a time until FINALIZE or until the server closes the socket."""
+    """Say STARTED, receive INIT, load the model and answer READY (or FAILED), then run EXECUTE messages in the
+    order they came, one at a time, until FINALIZE or until the server closes the socket."""
     channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which then stops its workers
     faulthandler.enable()  # a crash in model code prints its Python traceback to the server's stderr

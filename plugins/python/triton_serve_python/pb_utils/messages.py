@@ -41,15 +41,17 @@ class InferenceResponse:
 
     __slots__ = ("_tensors", "_error", "_parameters")
 
-    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None,
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | str | None = None,
                  parameters: dict[str, Any] | str | None = None) -> None:
         tensors = list(output_tensors or [])
         for tensor in tensors:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException("InferenceResponse output_tensors must be pb_utils.Tensor objects, "
                                            f"got {type(tensor).__name__}")
+        if isinstance(error, str):  # Triton takes the text as the message of an INTERNAL error
+            error = TritonError(error)
         if error is not None and not isinstance(error, TritonError):
-            raise TritonModelException(f"InferenceResponse error must be a pb_utils.TritonError, "
+            raise TritonModelException(f"InferenceResponse error must be a pb_utils.TritonError or a str, "
                                        f"got {type(error).__name__}")
         self._tensors = tensors
         self._error = error

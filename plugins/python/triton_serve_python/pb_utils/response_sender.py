@@ -66,6 +66,15 @@ class InferenceResponseSender:
         with self._lock:
             self._count(True, True)
 
+    def _fail(self, message: str) -> None:
+        """End the request with an INTERNAL error ``message``, unless its final response went already (its
+        decoupled ``async def execute`` failed in the background)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._link.respond(self._key, (None, None, (message, "INTERNAL")), True)
+
     def _close(self) -> None:
         """No more responses: the batch failed, so the server answered every request."""
         with self._lock:

@@ -1,0 +1,125 @@
+"""Batches on their way to a worker while it runs another: small batches travel inside the frames and wait in the
+worker's socket (two per instance), larger ones go through the arenas alone; every datatype arrives intact either
+way, answers keep their requests, and statistics count the worker's own execute time as inference."""
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+SLOW = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.3)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+                for r in requests]
+"""
+SLOW_CONFIG = """
+max_batch_size: 0
+input { name: "X" data_type: TYPE_INT32 dims: [ 1 ] }
+output { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }
+instance_group { kind: KIND_CPU count: 1 }
+"""
+IDENTITY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            outputs = []
+            for name in ("BYTES", "FP16", "FP64"):
+                array = pb_utils.get_input_tensor_by_name(request, "IN_" + name).as_numpy()
+                outputs.append(pb_utils.Tensor("OUT_" + name, array))
+            grow = int(pb_utils.get_input_tensor_by_name(request, "GROW").as_numpy()[0])
+            outputs.append(pb_utils.Tensor("BIG", np.arange(grow, dtype=np.int64)))  # outputs larger than inputs
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+IDENTITY_CONFIG = """
+max_batch_size: 0
+input [ { name: "IN_BYTES" data_type: TYPE_STRING dims: [ -1 ] },
+        { name: "IN_FP16" data_type: TYPE_FP16 dims: [ -1 ] },
+        { name: "IN_FP64" data_type: TYPE_FP64 dims: [ -1, -1 ] },
+        { name: "GROW" data_type: TYPE_INT64 dims: [ 1 ] } ]
+output [ { name: "OUT_BYTES" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "OUT_FP16" data_type: TYPE_FP16 dims: [ -1 ] },
+         { name: "OUT_FP64" data_type: TYPE_FP64 dims: [ -1, -1 ] },
+         { name: "BIG" data_type: TYPE_INT64 dims: [ -1 ] } ]
+instance_group { kind: KIND_CPU count: 1 }
+"""
+
+
+@pytest.fixture
+def server(kit: Any, tmp_path: Path, python_server: Any) -> Any:
+    repo = tmp_path / "models"
+    kit.write_model(repo, "slow", SLOW, SLOW_CONFIG)
+    kit.write_model(repo, "identity", IDENTITY, IDENTITY_CONFIG)
+    return python_server(repo)
+
+
+def _slow(client: grpcclient.InferenceServerClient, value: int) -> int:
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return int(client.infer("slow", [x]).as_numpy("Y")[0])
+
+
+def test_a_second_batch_waits_in_the_worker_not_in_the_queue(server: Any) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda v: _slow(client, v), [3, 4])) == [3, 4]
+    stats = client.get_inference_statistics("slow", as_json=True)["model_stats"][0]
+    inference = stats["inference_stats"]
+    assert int(stats["execution_count"]) == 2 and int(inference["success"]["count"]) == 2
+    # Both batches left the queue at once (one instance, two in flight)...
+    assert int(inference["queue"]["ns"]) < 0.15e9
+    # ...the worker ran them one after the other, 0.3 s each by its own clock...
+    assert 0.55e9 < int(inference["compute_infer"]["ns"]) < 3e9
+    # ...and the second one's wait in the worker counts before its inference, not in it.
+    assert int(inference["compute_input"]["ns"]) > 0.2e9
+
+
+def _identity_inputs(rng: np.random.Generator, size: int, grow: int) -> tuple[list[grpcclient.InferInput], dict[str, Any]]:
+    arrays = {
+        "IN_BYTES": np.array([bytes(rng.integers(0, 256, rng.integers(0, 9), dtype=np.uint8)) for _ in range(size)],
+                             dtype=np.object_),
+        "IN_FP16": rng.random(size).astype(np.float16),
+        "IN_FP64": rng.random((size, 3)) if size else np.zeros((0, 3)),
+        "GROW": np.array([grow], dtype=np.int64),
+    }
+    inputs = []
+    for name, array in arrays.items():
+        datatype = {"IN_BYTES": "BYTES", "IN_FP16": "FP16", "IN_FP64": "FP64", "GROW": "INT64"}[name]
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs, arrays
+
+
+@pytest.mark.parametrize("size, grow", [(0, 0), (3, 5), (20_000, 10), (2, 200_000)],
+                         ids=["zero-sized", "small", "inputs-through-the-arena", "outputs-larger-than-inline"])
+def test_every_datatype_arrives_intact_whichever_way_it_travels(server: Any, size: int, grow: int) -> None:
+    """Sizes on both sides of the inline limit, sent concurrently, so inline and arena batches mix."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    rng = np.random.default_rng(size + grow)
+
+    def one(seed: int) -> None:
+        inputs, arrays = _identity_inputs(np.random.default_rng(seed), size if seed % 2 else 3, grow)
+        result = client.infer("identity", inputs)
+        assert list(result.as_numpy("OUT_BYTES")) == list(arrays["IN_BYTES"])
+        np.testing.assert_array_equal(result.as_numpy("OUT_FP16"), arrays["IN_FP16"])
+        np.testing.assert_array_equal(result.as_numpy("OUT_FP64"), arrays["IN_FP64"])
+        np.testing.assert_array_equal(result.as_numpy("BIG"), np.arange(grow, dtype=np.int64))
+
+    seeds = [int(s) for s in rng.integers(0, 1 << 30, 8)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for future in [pool.submit(one, seed) for seed in seeds]:
+            future.result(timeout=120)
