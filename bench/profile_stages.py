@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_add_sub import (LOOPBACK, PERF_ANALYZER, REPO, SCRIPTS, free_ports, running, server_flags,  # noqa: E402
-                         triton_command)
+                         PROTOCOLS, triton_command)
 
 # (stage, markers): the first stage one of whose markers appears in a frame, innermost frame first.
 STAGES = [
@@ -100,7 +100,7 @@ def inference_count(http_port: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    parser.add_argument("--protocol", choices=["http", "http-json", "grpc"], default="http")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
@@ -126,9 +126,9 @@ def main() -> int:
     base = f"http://{LOOPBACK}:{ports.http}/v2"
     with running(command, env, [f"{base}/health/ready", f"{base}/models/add_sub/ready"], 120,
                  scratch / "server.log") as server:
-        port = ports.http if args.protocol == "http" else ports.grpc
+        port = ports.grpc if args.protocol == "grpc" else ports.http
         load = subprocess.Popen(
-            [str(PERF_ANALYZER), "-m", "add_sub", "-u", f"{LOOPBACK}:{port}", "-i", args.protocol,
+            [str(PERF_ANALYZER), "-m", "add_sub", "-u", f"{LOOPBACK}:{port}", *PROTOCOLS[args.protocol],
              "--concurrency-range", f"{args.concurrency}:{args.concurrency}",
              "--measurement-interval", str((args.seconds + 8) * 1000), "--max-trials", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
