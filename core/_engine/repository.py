@@ -369,6 +369,8 @@ class ModelRepository:
         record them as its dependencies; raise with Triton's words when one is missing or fails."""
         steps = config.ensemble_scheduling.step
         used = sorted({step.model_name for step in steps})
+        for model in used:
+            check_model_name(model)
         circular = [model for model in used if model == name or model in self.dependents(name)
                     or name in self._awaited_through(model)]
         if circular:
@@ -390,8 +392,6 @@ class ModelRepository:
                 raise ServerError(f"ensemble '{name}' depends on '{model}' which has no loaded version. Model "
                                   f"'{model}' loading failed with error: {record.failure()}")
         for step in steps:
-        for model in used:
-            check_model_name(model)
             record = self.models[step.model_name]
             version = record.versions.get(step.model_version)
             if step.model_version != -1 and (version is None or version.state is not VersionState.READY):
@@ -446,6 +446,7 @@ class ModelRepository:
         ``unload_dependents``, also unload the models ``name`` uses that no load asked for (an
         ensemble's composing models) and nothing loaded still uses. That is what Triton 2.51 does. A
         non-empty ``repository`` must name the repository the model was loaded from."""
+        check_model_name(name)
         sources = self.sources_named(repository)
         await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(name)))
         self._explicit.discard(name)
@@ -467,7 +468,6 @@ class ModelRepository:
                             repository: str = "") -> None:
         """Unload ``name``; a name never loaded must be in ``sources`` (None: it is a no-op)."""
         async with self._lock(name):
-        check_model_name(name)
             model = self.models.get(name)
             if model is None:
                 if sources is None:
@@ -510,6 +510,16 @@ class ModelRepository:
         await asyncio.gather(*(self._unload_model(name) for name in list(self.models)))
 
 
+def check_model_name(name: str) -> None:
+    """Refuse a model name that is not exactly one folder name inside a repository: empty, ``.`` or
+    ``..``, or holding ``/``, ``\\`` or NUL would name a folder elsewhere (``../x`` escapes the
+    repository). ``load`` and ``unload`` (every route of both protocols, ``--load-model``) and an
+    ensemble's steps check their names here before any source is asked for them."""
+    if name in ("", ".", "..") or any(char in name for char in "/\\\0"):
+        raise ServerError(f"invalid model name '{name}': a model name must be one folder name of the model "
+                          "repository (not empty, '.' or '..', and without '/', '\\' or NUL characters)")
+
+
 def _unchanged(model: Model, fingerprint: str) -> bool:
     """Whether loading ``model`` again, from files with ``fingerprint``, would change nothing."""
     return (model.wanted and model.is_ready() and not model.reload_error and model.private_dir is None
@@ -531,16 +541,6 @@ def instance_specs(name: str, config: ModelConfig) -> list[InstanceSpec]:
         if group.kind == ModelInstanceGroup.KIND_GPU:
             visible = visible_gpu_ids()
             devices = list(group.gpus) or visible
-def check_model_name(name: str) -> None:
-    """Refuse a model name that is not exactly one folder name inside a repository: empty, ``.`` or
-    ``..``, or holding ``/``, ``\\`` or NUL would name a folder elsewhere (``../x`` escapes the
-    repository). ``load`` and ``unload`` (every route of both protocols, ``--load-model``) and an
-    ensemble's steps check their names here before any source is asked for them."""
-    if name in ("", ".", "..") or any(char in name for char in "/\\\0"):
-        raise ServerError(f"invalid model name '{name}': a model name must be one folder name of the model "
-                          "repository (not empty, '.' or '..', and without '/', '\\' or NUL characters)")
-
-
             missing = [gpu for gpu in devices if gpu not in visible]
             where = f"instance group {group.name} of model {name}"
             if not devices:  # Triton's words, then why
