@@ -5,12 +5,13 @@ needs, and the way to embed the server in another host. Import only from here (t
 from __future__ import annotations
 
 from ._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
-from ._engine.batch import concat_inputs, datatype_of_config, request_batch_size, split_outputs
+from ._engine.batch import concat_inputs, request_batch_size, split_outputs
 from ._engine.caching import ResponseCache
 from ._engine.client import InferenceClient
 from ._engine.config import config_to_json
 from ._engine.custom_metrics import CustomMetric, CustomMetricFamily, custom_metrics
-from ._engine.datatypes import TensorType, datatype_of, deserialize_bytes, from_wire_bytes, serialize_bytes
+from ._engine.datatypes import (TensorType, datatype_of, datatype_of_config, deserialize_bytes, from_wire_bytes,
+                               serialize_bytes)
 from ._engine.devices import visible_gpu_ids
 from ._engine.errors import ServerError, Status
 from ._engine.framework import FrameworkInstance
@@ -21,7 +22,9 @@ from ._engine.options import AutoCompleteOptions, NoOptions, model_parameters, o
 from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
                                               ModelInstanceGroup, ModelOptimizationPolicy, ModelOutput,
                                               ModelQueuePolicy, ModelSequenceBatching)
-from ._engine.registry import BackendRegistry, CacheRegistry, SchedulerRegistry
+from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, RepositoryAgentRegistry,
+                               SchedulerRegistry)
+from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
 from ._engine.seam import DataPlaneAPI, infer_one
 from ._engine.server import Server, ServerOptions
@@ -30,7 +33,8 @@ from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_r
 
 __all__ = [
     # hooks and registries
-    "hookimpl", "BackendRegistry", "SchedulerRegistry", "CacheRegistry",
+    "hookimpl", "BackendRegistry", "SchedulerRegistry", "CacheRegistry", "CommandRegistry",
+    "RepositoryAgentRegistry",
     # backends: backend -> model -> instance
     "Backend", "ModelSpec", "Model", "InstanceSpec", "ModelInstance", "FrameworkInstance", "ComputeTiming",
     "mark_inputs_ready", "mark_outputs_ready",
@@ -48,6 +52,8 @@ __all__ = [
     "ServerError", "Status",
     # schedulers, caches, repository sources
     "Scheduler", "ModelContext", "InstancePool", "ResponseCache", "RepositorySource", "is_version_name",
+    # repository agents (model_repository_agents in config.pbtxt)
+    "RepositoryAgent", "AgentModel", "AgentAction",
     # custom metrics, devices
     "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
     # embedding the server in another host (triton-serve-ray)

@@ -6,16 +6,19 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 ENGINE = "triton_serve._engine."
 # What a front-end process may load. A module added here must not reach the model owner's state: it either
 # translates a wire format, forwards calls through the seam, or is a plain definition both sides share.
 FRONTEND_SIDE = {
     # the front-end process and its front-ends
-    "frontend_process", "frontends", "restricted", "header_forwarding", "frontend_trace",
+    "frontend_process", "frontends", "restricted", "header_forwarding", "frontend_trace", "http_apps", "hookspecs",
     "http", "http.app", "http.codec", "http.disconnect", "http.error_guard", "http.generate", "http.generate_json",
     "http.infer_protocol", "http.serving", "http.shared_memory",
     "grpc_frontend", "grpc_frontend.codec", "grpc_frontend.health", "grpc_frontend.server", "grpc_frontend.service",
     "grpc_frontend.status", "grpc_frontend.stream",
+    "platforms", "platforms.forwarding", "platforms.listeners", "platforms.sagemaker", "platforms.vertex_ai",
     # the seam and the wire between the processes
     "seam", "channel",
     # plain definitions both sides share
@@ -36,6 +39,13 @@ def test_a_frontend_process_loads_no_module_of_the_model_owner() -> None:
     loaded = _engine_modules_loaded_by("triton_serve._engine.frontend_process")
     assert "frontend_process" in loaded and "http.infer_protocol" in loaded and "grpc_frontend.service" in loaded
     assert loaded - FRONTEND_SIDE == set(), "a front-end process imports the model owner's modules"
+
+
+def test_the_openai_plugin_loads_no_module_of_the_model_owner() -> None:
+    """A plugin app on the HTTP port (triton_serve.frontend's API) runs in every front-end process too."""
+    pytest.importorskip("triton_serve_openai")
+    loaded = _engine_modules_loaded_by("triton_serve._engine.frontend_process, triton_serve_openai.app")
+    assert loaded - FRONTEND_SIDE == set(), "the OpenAI plugin imports the model owner's modules"
 
 
 def test_the_rule_sees_an_owner_module() -> None:

@@ -191,10 +191,61 @@ def test_hookspec_module_documents_every_hook() -> None:
     from triton_serve._engine import hookspecs
 
     hooks = [name for name in dir(hookspecs) if name.startswith("tserve_")]
-    assert len(hooks) == 4
+    assert len(hooks) == 7
     docs = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
     tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     for name in hooks:
         assert getattr(hookspecs, name).__doc__, f"hook {name} has no docstring"
         assert f"def {name}(" in docs, f"hook {name} is not documented with its signature in docs/plugins.md"
         assert name in tests, f"hook {name} is not exercised by any core test"
+
+
+COMMAND_PLUGIN = '''
+from triton_serve.plugin import hookimpl
+
+def hello(argv):
+    print("hello", *argv)
+    return 7
+
+@hookimpl
+def tserve_register_commands(registry):
+    registry.add("hello", hello, "say hello")
+'''
+
+
+def test_plugins_add_subcommands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """tserve_register_commands: ``triton-serve hello a b`` runs the plugin's function with ``[a, b]``."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hello_tserve_plugin.py").write_text(COMMAND_PLUGIN)
+    info = site / "hello_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[triton_serve]\nhello = hello_tserve_plugin\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("TRITON_SERVE_PLUGINS", "hello")
+    try:
+        assert main(["hello", "a", "b"]) == 7
+        assert capsys.readouterr().out == "hello a b\n"
+        assert main(["plugins"]) == 0
+        assert "command triton-serve hello: say hello (from plugin 'hello')" in capsys.readouterr().out
+        assert main(["goodbye"]) == 1
+        assert "unknown command 'goodbye' (commands: plugins, hello;" in capsys.readouterr().err
+    finally:
+        sys.modules.pop("hello_tserve_plugin", None)
+
+
+def test_command_names_are_checked() -> None:
+    from triton_serve.plugin import CommandRegistry
+
+    registry = CommandRegistry()
+    with pytest.raises(ServerError, match="command 'plugins' is built into triton-serve"):
+        registry.add("plugins", lambda argv: 0)
+    with pytest.raises(ValueError, match="one word"):
+        registry.add("--analyze", lambda argv: 0)
+    registry.current_plugin = "first"
+    registry.add("analyze", lambda argv: 0)
+    registry.current_plugin = "second"
+    with pytest.raises(ServerError, match="registered by both plugin 'first' and plugin 'second'"):
+        registry.add("analyze", lambda argv: 0)

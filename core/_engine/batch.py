@@ -15,17 +15,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .datatypes import BY_CONFIG_NAME, TensorType
+from .datatypes import TensorType, datatype_of_config
 from .errors import ServerError, internal
 from .inference import InferenceRequest, InferenceResponse, Tensor
-from .protos.model_config_pb2 import DataType as ConfigDataType
 from .protos.model_config_pb2 import ModelConfig
 from .statistics import mark_inputs_ready, mark_outputs_ready
-
-
-def datatype_of_config(data_type: int) -> TensorType:
-    """The TensorType (protocol name, numpy dtype) of a ModelConfig ``TYPE_*`` enum value."""
-    return BY_CONFIG_NAME[ConfigDataType.Name(data_type)]
 
 
 def request_batch_size(request: InferenceRequest, config: ModelConfig) -> int:

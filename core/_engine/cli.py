@@ -1,4 +1,4 @@
-"""The ``triton-serve`` command: Triton's server flags, plus ``triton-serve plugins``."""
+"""The ``triton-serve`` command: Triton's server flags, ``triton-serve plugins`` and plugins' subcommands."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +17,7 @@ from .metrics import MetricsConfig, parse_metrics_config
 from .options import describe_options
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .header_forwarding import forward_pattern_regex
+from .platform_flags import add_platform_flags, platform_options_from_args
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
 from .restricted import CATEGORIES, GRPC_HEADER_PREFIX, parse_restrictions
@@ -97,16 +98,11 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Model Repository", "--enable-peer-access", "<boolean>", "no CUDA peer access is set up"),
     ("HTTP", "--http-thread-count", "<integer>", "use --frontend-processes to serve on more cores"),
     ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
-    ("Sagemaker", "--allow-sagemaker", "<boolean>", "there is no SageMaker endpoint"),
-    ("Sagemaker", "--sagemaker-port", "<integer>", "there is no SageMaker endpoint"),
-    ("Sagemaker", "--sagemaker-safe-port-range", "<integer>-<integer>", "there is no SageMaker endpoint"),
-    ("Sagemaker", "--sagemaker-thread-count", "<integer>", "there is no SageMaker endpoint"),
-    ("Vertex", "--allow-vertex-ai", "<boolean>", "there is no Vertex AI endpoint"),
-    ("Vertex", "--vertex-ai-port", "<integer>", "there is no Vertex AI endpoint"),
-    ("Vertex", "--vertex-ai-thread-count", "<integer>", "there is no Vertex AI endpoint"),
-    ("Vertex", "--vertex-ai-default-model", "<string>", "there is no Vertex AI endpoint"),
+    ("Sagemaker", "--sagemaker-thread-count", "<integer>", "the SageMaker listener runs on the event loop"),
+    ("Vertex", "--vertex-ai-thread-count", "<integer>", "the Vertex AI listener runs on the event loop"),
     ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
-    ("Repository Agent", "--repoagent-directory", "<string>", "repository agents are not supported"),
+    ("Repository Agent", "--repoagent-directory", "<string>",
+     "repository agents are Python packages found through entry points"),
     ("Response Cache", "--cache-directory", "<string>", "caches are Python packages found through entry points"),
     ("Memory and devices", "--pinned-memory-pool-byte-size", "<integer>", "no pinned memory pool is kept"),
     ("Memory and devices", "--cuda-memory-pool-byte-size", "<integer>:<integer>", "no CUDA memory pool is kept"),
@@ -128,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     """Every tritonserver 2.51 flag, grouped as ``tritonserver --help`` groups them, plus triton-serve's own."""
     parser = argparse.ArgumentParser(
         prog="triton-serve", description="Serve a Triton model repository over KServe v2 HTTP and gRPC. "
-        "Run 'triton-serve plugins' to list installed plugins.")
+        "Run 'triton-serve plugins' to list installed plugins and the subcommands they add "
+        "('triton-serve <command> --help').")
     groups = {title: parser.add_argument_group(title) for title in GROUPS}
     group = groups.__getitem__
 
@@ -161,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             add(f"--reuse-{proto}-port", type=_bool, nargs="?", const=True, default=False,
                 help="let other processes bind the same port (SO_REUSEPORT)")
     _add_grpc_flags(group("GRPC"))
+    add_platform_flags(parser, group("Sagemaker"), group("Vertex"), _bool)
     _add_access_flags(group("HTTP"), group("GRPC"))
     metrics = group("Metrics").add_argument
     metrics("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True,
@@ -327,7 +325,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern,
                                                      "--grpc-header-forward-pattern"),
         trace_config=trace_config_from_args(args),
-        rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources))
+        rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources),
+        platforms=platform_options_from_args(args))
 
 
 def _metrics_interval(value: float) -> float:
@@ -360,7 +359,21 @@ def list_plugins(argv: list[str]) -> int:
         assert backend is not None
         for line in describe_options(backend):
             print(f"    {line}")
+    for name in host.commands.names():
+        help_text = f": {host.commands.help[name]}" if host.commands.help[name] else ""
+        print(f"command triton-serve {name}{help_text} (from plugin '{host.commands.owner(name)}')")
     return 0
+
+
+def run_plugin_command(argv: list[str]) -> int:
+    """``triton-serve <command> ...`` for a command a plugin registered (tserve_register_commands)."""
+    commands = PluginHost().commands
+    command = commands.get(argv[0])
+    if command is None:
+        known = ", ".join(["plugins", *commands.names()])
+        raise ServerError(f"unknown command '{argv[0]}' (commands: {known}; server flags start with '--', "
+                          "see 'triton-serve --help')")
+    return command(argv[1:])
 
 
 async def _run(options: ServerOptions) -> None:
@@ -382,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["plugins"]:
             return list_plugins(argv[1:])
+        if argv and not argv[0].startswith("-"):
+            return run_plugin_command(argv)
         args = build_parser().parse_args(argv)
         apply_log_settings(log_settings_from_args(args))
         warn_ignored_flags(args)

@@ -45,6 +45,11 @@ _BY_NUMPY_KIND: dict[np.dtype, str] = {
 }
 
 
+def datatype_of_config(data_type: int) -> TensorType:
+    """The TensorType (protocol name, numpy dtype) of a ModelConfig ``TYPE_*`` enum value."""
+    return BY_CONFIG_NAME[ConfigDataType.Name(data_type)]
+
+
 def name_of_config_type(data_type: int) -> str:
     """The protocol name ("FP32") of a ModelConfig ``TensorType`` enum value (TYPE_FP32)."""
     return BY_CONFIG_NAME[ConfigDataType.Name(data_type)].name

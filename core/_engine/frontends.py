@@ -13,6 +13,8 @@ from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.infer_protocol import http_protocol
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
 from .header_forwarding import header_forwarder
+from .http_apps import HttpAppRegistry, http_apps_of
+from .platforms.listeners import PlatformOptions, bind_platform_listeners
 from .seam import DataPlaneAPI
 from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
 
@@ -38,6 +40,8 @@ class FrontendOptions:
     grpc_restricted_protocol: Restrictions = field(default_factory=dict)
     grpc_header_forward_pattern: str | None = None
     exit_timeout_secs: float = GRACEFUL_TIMEOUT_S  # how long a graceful stop waits for in-flight requests
+    http_app_plugins: list[str] = field(default_factory=list)  # installed plugins serving more HTTP paths
+    platforms: PlatformOptions = field(default_factory=PlatformOptions)  # the SageMaker and Vertex AI listeners
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -45,6 +49,7 @@ class FrontendOptions:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FrontendOptions:
         return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"]),
+                      "platforms": PlatformOptions(**values["platforms"]),
                       "http_restricted_api": restrictions_from_json(values["http_restricted_api"]),
                       "grpc_restricted_protocol": restrictions_from_json(values["grpc_restricted_protocol"])})
 
@@ -53,13 +58,16 @@ class Frontends:
     """``await start()`` binds and serves both protocols; ``request_stop()`` begins a graceful stop
     (new connections refused, in-flight requests finish); ``await wait_stopped()``.
 
-    ``reuse_port`` lets several front-end processes accept on the same ports (SO_REUSEPORT).
+    ``reuse_port`` lets several front-end processes accept on the same ports (SO_REUSEPORT). ``http_apps``: the
+    plugins' apps on the HTTP port (None: those of the plugins ``options.http_app_plugins`` names, loaded here).
     """
 
-    def __init__(self, api: DataPlaneAPI, options: FrontendOptions, *, reuse_port: bool = False) -> None:
+    def __init__(self, api: DataPlaneAPI, options: FrontendOptions, *, reuse_port: bool = False,
+                 http_apps: HttpAppRegistry | None = None) -> None:
         self.api = api
         self.options = options
         self.reuse_port = reuse_port
+        self.http_apps = http_apps
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -67,10 +75,18 @@ class Frontends:
         options = self.options
         http_forwarder = header_forwarder(options.http_header_forward_pattern, "--http-header-forward-pattern")
         grpc_forwarder = header_forwarder(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
+        # the SageMaker and Vertex AI listeners first: their settings may fail the start before anything serves
+        platforms = await bind_platform_listeners(self.api, options.platforms, reuse_port=self.reuse_port,
+                                                  max_input_size=options.http_max_input_size)
         http_socket = None
         if options.allow_http:  # bind first: a taken port fails the start before anything serves
-            http_socket = listen_socket(options.http_address, options.http_port,
-                                        reuse_port=self.reuse_port or options.reuse_http_port)
+            try:
+                http_socket = listen_socket(options.http_address, options.http_port,
+                                            reuse_port=self.reuse_port or options.reuse_http_port)
+            except BaseException:
+                for _app, platform_socket in platforms:
+                    platform_socket.close()
+                raise
         if options.allow_grpc:
             grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
                                          reuse_port=self.reuse_port or options.reuse_grpc_port,
@@ -79,12 +95,18 @@ class Frontends:
             try:
                 await grpc_frontend.start()
             except BaseException:
-                if http_socket is not None:
-                    http_socket.close()
+                for sock in [http_socket, *(platform_socket for _app, platform_socket in platforms)]:
+                    if sock is not None:
+                        sock.close()
                 raise
             self._tasks.append(asyncio.create_task(self._serve_grpc(grpc_frontend)))
+        for platform_app, platform_socket in platforms:
+            self._tasks.append(asyncio.create_task(serve_http(platform_app, platform_socket, options.http_server,
+                                                              self._stopping, options.exit_timeout_secs)))
         if http_socket is not None:
-            http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder)
+            apps = self.http_apps if self.http_apps is not None else http_apps_of(options.http_app_plugins)
+            http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder,
+                                         mounts=apps.apps(self.api, options.http_max_input_size))
             app = restrict_http(http_frontend.app(), options.http_restricted_api)
             protocol = http_protocol(http_frontend, options.http_restricted_api)
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server, self._stopping,

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from .registry import BackendRegistry, CacheRegistry, SchedulerRegistry
+    from .http_apps import HttpAppRegistry
+    from .registry import BackendRegistry, CacheRegistry, CommandRegistry, RepositoryAgentRegistry, SchedulerRegistry
     from .sources import RepositorySource
 
 hookspec = pluggy.HookspecMarker("triton_serve")
@@ -55,6 +56,19 @@ def tserve_register_caches(registry: CacheRegistry) -> None:
     """
 
 
+# ---- repository agents ---------------------------------------------------------------------
+
+@hookspec
+def tserve_register_repository_agents(registry: RepositoryAgentRegistry) -> None:
+    """Register repository agents: ``registry.add("checksum", ChecksumAgent)``.
+
+    Called once at start-up. A model whose config has ``model_repository_agents { agents [{ name: "<name>"
+    parameters {...} }] }`` gets one agent from each named factory (called with no arguments) per load,
+    and each is told of the load and unload in Triton's order (see RepositoryAgent). A name another plugin
+    registered raises an error naming both.
+    """
+
+
 # ---- repository sources --------------------------------------------------------------------
 
 @hookspec(firstresult=True)
@@ -63,4 +77,30 @@ def tserve_repository_source(location: str) -> RepositorySource | None:
     (a local path, ``s3://...``), or None to let another plugin try.
 
     Called once per location at start-up; stops at the first non-None result.
+    """
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+@hookspec
+def tserve_register_commands(registry: CommandRegistry) -> None:
+    """Register ``triton-serve`` subcommands: ``registry.add("analyze", main, "tune a model's configuration")``.
+
+    Called by the ``triton-serve`` command line (not by a running server), once, when its first argument
+    is not a flag. ``main`` is called as ``main(argv)`` with the arguments after the command's name and
+    returns the process's exit status; the one-line help is what ``triton-serve plugins`` prints. A name
+    another plugin (or the built-in ``plugins`` command) already took raises an error naming both.
+    """
+
+
+# ---- HTTP apps -----------------------------------------------------------------------------
+
+@hookspec
+def tserve_register_http_apps(registry: HttpAppRegistry) -> None:
+    """Serve more paths on the HTTP port: ``registry.add("/v1/", make_app)``.
+
+    Called once at start-up by the server, and again in each front-end process (``--frontend-processes``),
+    which loads only the installed plugins that registered a prefix. ``make_app(api, max_input_size)`` returns
+    an ASGI app that gets every HTTP request whose path starts with the prefix; it reaches models only through
+    ``api``, the data-plane seam (a DataPlaneAPI). A prefix another plugin took raises an error naming both.
     """

@@ -13,7 +13,9 @@ import pluggy
 from .. import __version__
 from . import hookspecs
 from .errors import ServerError, Status
-from .registry import BackendRegistry, CacheRegistry, Registry, SchedulerRegistry
+from .http_apps import HttpAppRegistry
+from .registry import (BackendRegistry, CacheRegistry, CommandRegistry, Registry, RepositoryAgentRegistry,
+                       SchedulerRegistry)
 from .sources import RepositorySource
 
 ENTRY_POINT_GROUP = "triton_serve"
@@ -25,6 +27,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("local_source", "triton_serve._engine.builtins.local_source"),
     ("passthrough_scheduler", "triton_serve._engine.builtins.passthrough"),
     ("local_cache", "triton_serve._engine.builtins.local_cache"),
+    ("checksum_agent", "triton_serve._engine.builtins.checksum_agent"),
 )
 
 
@@ -68,6 +71,19 @@ class PluginHost:
         self._register("tserve_register_backends", self.backends)
         self._register("tserve_register_schedulers", self.schedulers)
         self._register("tserve_register_caches", self.caches)
+        self.repository_agents = RepositoryAgentRegistry()
+        self._register("tserve_register_repository_agents", self.repository_agents)
+        self.http_apps = HttpAppRegistry()
+        self._register("tserve_register_http_apps", self.http_apps)
+        self._commands: CommandRegistry | None = None
+
+    @property
+    def commands(self) -> CommandRegistry:
+        """The subcommands plugins add to ``triton-serve`` (collected on first use: a server never asks)."""
+        if self._commands is None:
+            self._commands = CommandRegistry()
+            self._register("tserve_register_commands", self._commands)
+        return self._commands
 
     def _load_entry_points(self) -> None:
         if os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip() not in ("", "0", "false"):
@@ -106,7 +122,7 @@ class PluginHost:
                 return f"the '{name}' entry point of installed package {dist.metadata['name']} {dist.version}"
         return "the built-in plugins" if name in self._builtin_names else "an earlier extra_plugins entry"
 
-    def _register(self, hook_name: str, registry: Registry[Any]) -> None:
+    def _register(self, hook_name: str, registry: Registry[Any] | HttpAppRegistry) -> None:
         # Call each implementation ourselves (in pluggy's order) so the registry knows who adds what.
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls()[::-1]:
             registry.current_plugin = impl.plugin_name
@@ -138,3 +154,4 @@ class PluginHost:
             hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
             infos.append(PluginInfo(name, dist_name, version, hooks))
         return infos
+

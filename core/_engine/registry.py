@@ -9,12 +9,14 @@ from .backend import Backend
 from .caching import ResponseCache
 from .errors import ServerError, Status
 from .options import backend_options, declared_options
+from .repo_agents import AgentFactory
 from .scheduling import ModelContext, Scheduler
 
 T = TypeVar("T")
 
 SchedulerFactory = Callable[[ModelContext], Scheduler]
 CacheFactory = Callable[[Mapping[str, str]], ResponseCache]
+CommandMain = Callable[[list[str]], int]
 
 # Which distribution to install for a backend, platform or scheduler that no plugin provides.
 KNOWN_PACKAGES: dict[str, str] = {
@@ -32,6 +34,9 @@ KNOWN_PACKAGES: dict[str, str] = {
     "ensemble": "triton-serve-ensemble",
     "ensemble_scheduling": "triton-serve-ensemble",
 }
+
+# Subcommands the command line itself runs; no plugin may register these names.
+BUILTIN_COMMANDS = ("plugins",)
 
 SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching", "ensemble_scheduling")
 
@@ -136,3 +141,32 @@ class CacheRegistry(Registry[CacheFactory]):
 
     def __init__(self) -> None:
         super().__init__("response cache")
+
+
+class RepositoryAgentRegistry(Registry[AgentFactory]):
+    """Repository agent factories by the name a config's ``model_repository_agents`` uses (``checksum``...)."""
+
+    def __init__(self) -> None:
+        super().__init__("repository agent")
+
+
+class CommandRegistry(Registry[CommandMain]):
+    """``triton-serve <command>`` subcommands that plugins add, by name, each with a one-line help."""
+
+    def __init__(self) -> None:
+        super().__init__("command")
+        self.help: dict[str, str] = {}
+
+    def add(self, name: str, main: CommandMain, help: str = "") -> None:
+        """Register ``main(argv) -> exit status`` as ``triton-serve <name>``; a name that is not one word
+        of letters, digits, ``-`` or ``_`` (or starts with ``-``) is a ValueError."""
+        if not name or name.startswith("-") or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"a command name is one word of letters, digits, '-' and '_', got '{name}'")
+        if name in BUILTIN_COMMANDS:
+            raise ServerError(f"command '{name}' is built into triton-serve; plugin '{self.current_plugin}' "
+                              "cannot register it", Status.ALREADY_EXISTS)
+        before = self.get(name)
+        super().add(name, main)
+        if before is None:
+            self.help[name] = help
+

@@ -21,6 +21,7 @@ from .options import model_parameters
 from .pluginhost import PluginHost
 from .protos.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from .ratelimit import RateLimiter
+from .repo_agents import AgentChain, agent_chain
 from .route import ModelRoute
 from .scheduling import InstancePool, ModelContext, Scheduler
 from .sources import RepositorySource
@@ -91,6 +92,7 @@ class Model:
     fingerprint: str = ""  # the source's fingerprint when this load read it (poll mode compares it)
     private_dir: Path | None = None  # the override files' directory, removed when this record retires
     reload_error: str = ""  # why the last reload failed while these versions kept serving
+    agents: AgentChain | None = None  # this load's model_repository_agents, told of its load and unload
 
     def latest_ready(self) -> ModelVersion | None:
         latest = None
@@ -299,6 +301,7 @@ class ModelRepository:
             model = Model(name, source=sources[0] if len(sources) == 1 else None, fingerprint=fingerprint)
             try:
                 model_dir, config, available = await self._read(model, sources, override)
+                model_dir = await self._run_load_agents(model, model_dir, config)
                 # auto-complete may block: keep it off the event loop
                 config, backend, versions = await asyncio.to_thread(self.preparer.prepare, name, model_dir, config,
                                                                     available)
@@ -306,6 +309,8 @@ class ModelRepository:
                     await self._load_composing(name, config)
             except ServerError as error:
                 model.error = error.message
+                if model.agents is not None:
+                    await model.agents.load_fail()
                 await self._reject(previous, model)
                 return model
             for number in versions:
@@ -316,6 +321,8 @@ class ModelRepository:
             if not keep_previous:
                 self.models[name] = model  # the index shows it LOADING
             await asyncio.gather(*(self._load_version(backend, v) for v in model.versions.values()))
+            if model.agents is not None:
+                await (model.agents.load_fail() if model.failure() else model.agents.load_complete())
             if keep_previous and model.failure():
                 await self._reject(previous, model)
                 return model
@@ -337,6 +344,18 @@ class ModelRepository:
             raise ServerError(f"failed to load '{model.name}': it appears in more than one model repository ("
                               + ", ".join(s.location for s in sources) + ")")
         return await self.preparer.fetch(sources[0], model.name, override.config if override is not None else None)
+
+    async def _run_load_agents(self, model: Model, model_dir: Path, config: ModelConfig) -> Path:
+        """LOAD the agents the config names (Triton's repo-agent API), in order; where the model's files are
+        after them. An agent's refusal fails the load as a config that cannot be read does."""
+        agents, failed = self.plugins.repository_agents, POLL_FAILED.format(name=model.name)
+        try:
+            model.agents = agent_chain(model.name, config, agents.get, model_dir, agents.names())
+        except ServerError as error:
+            raise ServerError(f"{failed}: {error.message}", error.status) from None
+        if model.agents is None:
+            return model_dir
+        return await model.agents.load(model.name, model_dir, failed)
 
     async def _reject(self, previous: Model | None, model: Model) -> None:
         """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why;
@@ -360,6 +379,8 @@ class ModelRepository:
     async def _retire(self, model: Model) -> None:
         """Unload the record's versions (in-flight requests finish first) and delete its private directory."""
         await self._unload_versions(model)
+        if model.agents is not None:
+            await model.agents.unload()
         if model.private_dir is not None:
             await asyncio.to_thread(remove_model_dir, model.private_dir)
             model.private_dir = None

@@ -18,6 +18,7 @@ from .http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
+from .platforms.listeners import PlatformOptions
 from .pluginhost import PluginHost
 from .polling import RepositoryPoller
 from .ratelimit import RateLimiter
@@ -89,6 +90,7 @@ class ServerOptions:
     # --log-*: what /v2/logging reports at start; the CLI applies them to the process (apply_log_settings)
     log_settings: LogSettings = field(default_factory=LogSettings)
     trace_config: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (docs/tracing.md)
+    platforms: PlatformOptions = field(default_factory=PlatformOptions)  # --allow-sagemaker, --allow-vertex-ai
 
     def frontend_options(self) -> FrontendOptions:
         """The part of these options the HTTP and gRPC front-end processes need."""
@@ -100,7 +102,7 @@ class ServerOptions:
             reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port,
             http_restricted_api=self.http_restricted_api, grpc_restricted_protocol=self.grpc_restricted_protocol,
             http_header_forward_pattern=self.http_header_forward_pattern,
-            grpc_header_forward_pattern=self.grpc_header_forward_pattern)
+            grpc_header_forward_pattern=self.grpc_header_forward_pattern, platforms=self.platforms)
 
 
 class Server:
@@ -161,14 +163,16 @@ class Server:
                 self.metrics = None
                 await self.repository.shutdown()
                 raise
-        if not (options.allow_http or options.allow_grpc):
+        if not (options.allow_http or options.allow_grpc or options.platforms.any_on):
             self.dataplane.accepting = True
             self._start_polling()
             return
+        frontend_options = options.frontend_options()
+        frontend_options.http_app_plugins = self.plugins.http_apps.plugins()
         if options.frontend_processes > 0:
-            self.frontends = FrontendPool(self.dataplane, options.frontend_options(), options.frontend_processes)
+            self.frontends = FrontendPool(self.dataplane, frontend_options, options.frontend_processes)
         else:
-            self.frontends = Frontends(self.dataplane, options.frontend_options())
+            self.frontends = Frontends(self.dataplane, frontend_options, http_apps=self.plugins.http_apps)
         try:
             await self.frontends.start()
         except BaseException:

@@ -69,10 +69,12 @@ class HttpFrontend:
     """Builds the ASGI app; ``max_input_size`` bounds request bodies (``--http-max-input-size``)."""
 
     def __init__(self, dataplane: DataPlaneAPI, max_input_size: int = DEFAULT_MAX_INPUT_SIZE, *,
-                 header_forwarder: HeaderForwarder | None = None) -> None:
+                 header_forwarder: HeaderForwarder | None = None,
+                 mounts: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
         self.header_forwarder = header_forwarder  # --http-header-forward-pattern
+        self.mounts = mounts or {}  # path prefix -> a plugin's ASGI app (tserve_register_http_apps)
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: ``POST .../infer`` and the generate extension on lean raw-ASGI paths, every other
@@ -88,6 +90,8 @@ class HttpFrontend:
                 generating = GENERATE_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
                 if generating is not None:
                     await generate(scope, receive, send, generating)
+                elif self.mounts and (mounted := self._mounted(scope)) is not None:
+                    await mounted(scope, receive, send)
                 else:
                     await routes(scope, receive, send)
             elif scope["method"] == "POST":
@@ -95,6 +99,16 @@ class HttpFrontend:
             else:
                 await _send_json(send, 405, {"error": "Method Not Allowed"})
         return ErrorGuard(app)
+
+    def _mounted(self, scope: Scope) -> Callable[[Scope, Receive, Send], Awaitable[None]] | None:
+        """The plugin app serving this request's path, if a plugin registered a prefix of it."""
+        if scope["type"] != "http":
+            return None
+        path = scope["path"]
+        for prefix, mounted in self.mounts.items():
+            if path.startswith(prefix) or path == prefix[:-1]:
+                return mounted
+        return None
 
     def _routes(self) -> Starlette:
         model = "/v2/models/{model}"

@@ -1,0 +1,109 @@
+"""The Vertex AI listener (``--allow-vertex-ai``): ``AIP_HEALTH_ROUTE`` and ``AIP_PREDICT_ROUTE``, the latter
+inferring the default model or, with ``X-Vertex-Ai-Triton-Redirect``, serving the KServe v2 route it names."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from ..errors import ServerError, Status
+from ..seam import DataPlaneAPI
+from .forwarding import ASGIApp, Receive, Scope, Send, forward, header, reply
+
+log = logging.getLogger("triton_serve")
+
+BINARY_MIME = "application/vnd.vertex-ai-triton.binary+json;json-header-size="
+REDIRECT_HEADER = "X-Vertex-Ai-Triton-Redirect"
+DEFAULT_PORT = 8080
+# Triton's HTTP routes a redirect may name, and the method each is served with.
+MODEL_ROUTE = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config"
+                         r"|stats|trace/setting))?")
+SERVER_ROUTE = re.compile(r"/v2(?:/health/(live|ready))?")
+SHARED_MEMORY_ROUTE = re.compile(r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(status|register|unregister)")
+REPOSITORY_ROUTE = re.compile(r"/v2/repository(?:/[^/]+)?/(index|models/[^/]+/(?:load|unload))")
+
+
+@dataclass(frozen=True)
+class VertexAiSettings:
+    """The routes Vertex AI gives through ``AIP_PREDICT_ROUTE`` and ``AIP_HEALTH_ROUTE``, and the default model."""
+
+    predict_route: str
+    health_route: str
+    default_model: str = ""  # --vertex-ai-default-model; "" : the repository's only model
+
+    @classmethod
+    def from_environment(cls, default_model: str) -> VertexAiSettings:
+        predict = os.environ.get("AIP_PREDICT_ROUTE", "")
+        health = os.environ.get("AIP_HEALTH_ROUTE", "")
+        if not predict:  # Triton's message, its misspelt variable name included
+            raise ServerError("API_PREDICT_ROUTE is not defined for Vertex AI endpoint")
+        if not health:
+            raise ServerError("AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint")
+        return cls(predict, health, default_model)
+
+
+async def resolve_default_model(api: DataPlaneAPI, settings: VertexAiSettings) -> str:
+    """The model the predict route infers: the named default, which must be ready, or else the repository's
+    only ready model; Triton's start-up errors otherwise."""
+    ready = [entry["name"] for entry in await api.repository_index(True)]  # positional: forwarded as is
+    if not settings.default_model:
+        if len(ready) != 1:
+            raise ServerError("Expect the model repository contains only a single model if default model is not "
+                              "specified", Status.INVALID_ARG)
+        return ready[0]
+    if settings.default_model not in ready:
+        raise ServerError(f"Expect the default model '{settings.default_model}' is loaded", Status.INVALID_ARG)
+    return settings.default_model
+
+
+def redirect_method(endpoint: str) -> str | None:
+    """The method Triton serves a redirected ``endpoint`` with (Vertex AI only sends POST), None where a
+    redirect may not name it."""
+    if endpoint == "/v2/models/stats":
+        return "GET"
+    if (model := MODEL_ROUTE.fullmatch(endpoint)) is not None:
+        kind = model[3] or ""
+        return {"infer": "POST", "ready": "GET", "config": "GET", "stats": "GET", "": "GET"}.get(kind)
+    if SERVER_ROUTE.fullmatch(endpoint) is not None:
+        return "GET"
+    if (shared := SHARED_MEMORY_ROUTE.fullmatch(endpoint)) is not None:
+        return "GET" if shared[1] == "status" else "POST"
+    if REPOSITORY_ROUTE.fullmatch(endpoint) is not None:
+        return "POST"
+    return None
+
+
+def vertex_ai_app(api: DataPlaneAPI, triton: ASGIApp, settings: VertexAiSettings, default_model: str) -> ASGIApp:
+    """The Vertex AI routes as an ASGI app; ``triton`` is the KServe v2 app that serves what they ask."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        log.debug("Vertex AI request: %s %s", method, path)
+        if path == settings.health_route:
+            if method != "GET":
+                await reply(send, 405, {"error": "Method Not Allowed"})
+            else:
+                await reply(send, 200 if await api.server_ready() else 400)
+            return
+        if path == settings.predict_route:
+            redirect = header(scope, REDIRECT_HEADER.lower())
+            if redirect is None:
+                await forward(triton, scope, receive, send, path=f"/v2/models/{default_model}/infer", method=method,
+                              binary_mime=BINARY_MIME)
+                return
+            endpoint = "/" + redirect
+            log.debug("Redirecting Vertex AI request: %s", endpoint)
+            if method != "POST":
+                await reply(send, 405)
+                return
+            served_as = redirect_method(endpoint)
+            if served_as is not None:
+                await forward(triton, scope, receive, send, path=endpoint, method=served_as,
+                              binary_mime=BINARY_MIME if endpoint.endswith("/infer") else None)
+                return
+        await reply(send, 400)
+
+    return app
