@@ -53,6 +53,7 @@ PLANS = {
     "ensemble": Plan((CORE, "triton-serve-ensemble", "triton-serve-python")),
     "tensorrt": Plan((CORE, "triton-serve-tensorrt")),
     "storage": Plan((CORE, "triton-serve-storage")),
+    "analyze": Plan((CORE, "triton-serve-analyze")),  # matplotlib
     "pytriton": Plan((CORE, "triton-serve-batching", "triton-serve-pytriton")),
 }
 
@@ -304,6 +305,10 @@ def test_storage_is_discovered_and_names_the_extra_a_bucket_needs(environments: 
 
 def test_pytriton_installs_with_its_backend(environments: dict[str, Prepared | Exception]) -> None:
     assert "(triton-serve-pytriton 0.1.0)" in prepared(environments, "pytriton").plugins_listed
+def test_analyze_adds_its_command(environments: dict[str, Prepared | Exception]) -> None:
+    assert "command triton-serve analyze: " in prepared(environments, "analyze").plugins_listed
+
+
 
 
 def test_ray_installs_with_ray_serve(environments: dict[str, Prepared | Exception], tmp_path: Path) -> None:
