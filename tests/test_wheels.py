@@ -55,6 +55,8 @@ PLANS = {
     "storage": Plan((CORE, "triton-serve-storage")),
     "analyze": Plan((CORE, "triton-serve-analyze")),  # matplotlib
     "pytriton": Plan((CORE, "triton-serve-batching", "triton-serve-pytriton")),
+    "openai": Plan((CORE, "triton-serve-openai")),
+    "transformers": Plan((CORE, "triton-serve-transformers")),  # torch as scripts/constraints.txt pins it
 }
 
 
@@ -303,12 +305,12 @@ def test_storage_is_discovered_and_names_the_extra_a_bucket_needs(environments: 
     assert line.endswith("pip install 'triton-serve-storage[s3]'")
 
 
-def test_pytriton_installs_with_its_backend(environments: dict[str, Prepared | Exception]) -> None:
-    assert "(triton-serve-pytriton 0.1.0)" in prepared(environments, "pytriton").plugins_listed
 def test_analyze_adds_its_command(environments: dict[str, Prepared | Exception]) -> None:
     assert "command triton-serve analyze: " in prepared(environments, "analyze").plugins_listed
 
 
+def test_pytriton_installs_with_its_backend(environments: dict[str, Prepared | Exception]) -> None:
+    assert "(triton-serve-pytriton 0.1.0)" in prepared(environments, "pytriton").plugins_listed
 
 
 def test_ray_installs_with_ray_serve(environments: dict[str, Prepared | Exception], tmp_path: Path) -> None:

@@ -1,0 +1,17 @@
+"""Registers the OpenAI API under ``/v1/`` on the HTTP port."""
+from __future__ import annotations
+
+from typing import Any
+
+from triton_serve.frontend import DataPlaneAPI, HttpAppRegistry, hookimpl
+
+
+def make_app(api: DataPlaneAPI, max_input_size: int) -> Any:
+    from .app import OpenAIApp  # imported when a front-end starts, not when plugins are listed
+
+    return OpenAIApp(api, max_input_size)
+
+
+@hookimpl
+def tserve_register_http_apps(registry: HttpAppRegistry) -> None:
+    registry.add("/v1/", make_app)

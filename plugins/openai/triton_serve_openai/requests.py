@@ -1,0 +1,172 @@
+"""OpenAI request bodies, checked field by field: every field this front-end reads, with OpenAI's ranges."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .contract import Sampling
+from .errors import OpenAIError, bad_field
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+DEFAULT_MAX_TOKENS = 16  # Triton's --default-max-tokens
+MAX_N = 16
+MAX_STOP = 4
+
+
+@dataclass
+class Generation:
+    """What a chat or completion request asks for."""
+
+    model: str
+    sampling: Sampling
+    n: int
+    include_usage: bool
+
+
+def _number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_field(name, f"'{name}' must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise bad_field(name, f"'{name}' must be between {low:g} and {high:g}, got {value}")
+    return float(value)
+
+
+def _integer(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_field(name, f"'{name}' must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise bad_field(name, f"'{name}' must be between {low} and {high}, got {value}")
+    return value
+
+
+def _boolean(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad_field(name, f"'{name}' must be a boolean, got {value!r}")
+    return value
+
+
+def model_name(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_field("model", "'model' must be the name of a model, a non-empty string")
+    return model
+
+
+def generation(body: dict[str, Any], *, chat: bool) -> Generation:
+    """The common fields of chat and completion requests."""
+    max_tokens = _integer(body, "max_completion_tokens", 1, 1 << 31) if chat else None
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens", 1, 1 << 31)
+    stop = body.get("stop")
+    if stop is None:
+        stops = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(item, str) for item in stop) and len(stop) <= MAX_STOP:
+        stops = list(stop)
+    else:
+        raise bad_field("stop", f"'stop' must be a string or a list of at most {MAX_STOP} strings")
+    stream = _boolean(body, "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not stream:
+            raise bad_field("stream_options", "`stream_options` can only be used when `stream` is True")
+        if not isinstance(options, dict):
+            raise bad_field("stream_options", "'stream_options' must be an object")
+    include_usage = _boolean(options or {}, "include_usage")
+    if chat:
+        if body.get("logprobs") or body.get("top_logprobs"):
+            raise bad_field("logprobs", "logprobs are not available: the model contracts return no logprobs")
+    elif body.get("logprobs"):
+        raise bad_field("logprobs", "logprobs are not available: the model contracts return no logprobs")
+    if body.get("logit_bias"):
+        raise bad_field("logit_bias", "logit bias is not currently supported")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise bad_field("user", "'user' must be a string")
+    sampling = Sampling(
+        max_tokens=max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS, stream=stream,
+        temperature=_number(body, "temperature", 0, 2), top_p=_number(body, "top_p", 0, 1),
+        presence_penalty=_number(body, "presence_penalty", -2, 2),
+        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
+        seed=_integer(body, "seed", 0, (1 << 63) - 1), stop=stops,
+        echo=False if chat else _boolean(body, "echo"), response_format=_response_format(body.get("response_format")))
+    n = _integer(body, "n", 1, MAX_N)
+    return Generation(model_name(body), sampling, n or 1, include_usage)
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_field("response_format", "'response_format' must be an object")
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return value
+    if kind == "json_schema":
+        schema = value.get("json_schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("schema", {}), dict):
+            raise bad_field("response_format", "'response_format.json_schema' must be an object with a 'schema'")
+        return value
+    raise bad_field("response_format", "'response_format.type' must be 'text', 'json_object' or 'json_schema'")
+
+
+def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages, each with its content as one string (text parts joined)."""
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise bad_field("messages", "'messages' must be a non-empty list of messages")
+    conversation = []
+    for index, message in enumerate(raw):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise bad_field(where, f"'{where}' must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_field(f"{where}.role", f"'{where}.role' must be one of {', '.join(ROLES)}, got {role!r}")
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise bad_field(f"{where}.content", f"'{where}.content' parts must be text parts "
+                                    "({'type': 'text', 'text': ...}); this front-end serves text models")
+                texts.append(part["text"])
+            content = "".join(texts)
+        elif content is None:
+            if role != "assistant":
+                raise bad_field(f"{where}.content", f"'{where}.content' is missing")
+            content = ""
+        elif not isinstance(content, str):
+            raise bad_field(f"{where}.content", f"'{where}.content' must be a string or a list of text parts")
+        entry = {key: value for key, value in message.items() if key != "content"}
+        entry["content"] = content
+        conversation.append(entry)
+    return conversation
+
+
+def prompts(body: dict[str, Any]) -> list[str]:
+    """The completion prompts: one string or a list of them."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
+        return list(prompt)
+    raise bad_field("prompt", "'prompt' must be a string or a non-empty list of strings (token ids are not "
+                    "supported)")
+
+
+def raise_for_tools(body: dict[str, Any]) -> None:
+    if body.get("tools") or body.get("tool_choice") not in (None, "none"):
+        raise OpenAIError("tool calling is not supported by this front-end yet", 400, param="tools")

@@ -1,0 +1,11 @@
+"""Registers the transformers backend."""
+from __future__ import annotations
+
+from triton_serve.plugin import BackendRegistry, hookimpl
+
+from .backend import TransformersBackend
+
+
+@hookimpl
+def tserve_register_backends(registry: BackendRegistry) -> None:
+    registry.add(TransformersBackend)

@@ -1,0 +1,41 @@
+"""A tiny random-weight Llama-architecture chat model (a few hundred kB), made locally for tests and the example:
+a character-level tokenizer built with ``tokenizers``, with a chat template. No download.
+
+    python -m triton_serve_transformers.tiny <directory>
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def make_tiny_llama(directory: Path | str, *, context: int = 256, seed: int = 0) -> Path:
+    """Save the model and its tokenizer into ``directory`` with ``save_pretrained``; returns it."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    vocabulary = ["<unk>", "<s>", "</s>"] + [chr(code) for code in range(32, 127)] + ["\n"]
+    tokenizer = Tokenizer(models.WordLevel(vocab={token: i for i, token in enumerate(vocabulary)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one token per character
+    tokenizer.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(vocab_size=len(vocabulary), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    LlamaForCausalLM(config).save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m triton_serve_transformers.tiny <directory>")
+    print(make_tiny_llama(sys.argv[1]))
