@@ -309,9 +309,39 @@ def pretend_gpus(monkeypatch: pytest.MonkeyPatch, ids: Sequence[int]) -> None:
         monkeypatch.setattr(module, "visible_gpu_ids", lambda: list(ids))
 
 
+def wire_samples() -> list[tuple[str, str, np.ndarray]]:
+    """(name, datatype, array) tensors that every process boundary must carry unchanged: each datatype (BF16 as
+    its uint16 bit patterns), BYTES with empty, non-UTF-8 and long elements, zero-sized and 0-d shapes, and
+    one large tensor (4 MiB)."""
+    rng = np.random.default_rng(7)
+    numeric = [("BOOL", np.array([[True, False, True]])), ("UINT8", np.arange(6, dtype=np.uint8)),
+               ("UINT16", np.array([0, 65535], np.uint16)), ("UINT32", np.array([2**32 - 1], np.uint32)),
+               ("UINT64", np.array([2**64 - 1, 0], np.uint64)), ("INT8", np.array([-128, 127], np.int8)),
+               ("INT16", np.array([-2**15], np.int16)), ("INT32", np.arange(-3, 3, dtype=np.int32).reshape(2, 3)),
+               ("INT64", np.array([-2**63, 2**63 - 1], np.int64)), ("FP16", np.array([0.5, -np.inf], np.float16)),
+               ("FP32", np.array([[1.5, np.nan], [-0.0, 3e38]], np.float32)),
+               ("FP64", np.array([np.pi, -1e-300], np.float64)),
+               ("BF16", np.array([0x3F80, 0xC000, 0x7FC0], np.uint16))]  # 1.0, -2.0, NaN
+    samples = [(f"{datatype.lower()}_in", datatype, array) for datatype, array in numeric]
+    words = np.array([b"", "\u00e9t\u00e9".encode(), b"\xff\x00\xfe", b"x" * 70_000], dtype=object).reshape(2, 2)
+    samples += [("bytes_in", "BYTES", words), ("bytes_empty", "BYTES", np.empty((0, 2), dtype=object)),
+                ("fp32_empty", "FP32", np.zeros((3, 0), np.float32)), ("int32_scalar", "INT32", np.array(5, np.int32)),
+                ("fp32_large", "FP32", rng.standard_normal(1 << 20).astype(np.float32))]
+    return samples
+
+
+def assert_same_tensor(array: np.ndarray, expected: np.ndarray, datatype: str) -> None:
+    """``array`` holds what ``expected`` held, element for element (NaN equal to NaN), in ``expected``'s shape."""
+    assert array.shape == expected.shape, (datatype, array.shape, expected.shape)
+    if datatype == "BYTES":
+        assert [bytes(item) for item in array.ravel()] == list(expected.ravel()), datatype
+    else:
+        np.testing.assert_array_equal(array, expected, err_msg=datatype)
+
+
 __all__ = ["ENTRY_POINT_GROUP", "EXAMPLE_REPOSITORY", "PLUGINS_ENV", "PluginHost", "RunningServer", "ServerOptions",
            "TOY_BACKENDS", "ToyBackend", "ToyBackendsPlugin", "apply_defaults", "free_port", "pretend_gpus",
-           "probe_config", "toy_plugin", "tserve"]
+           "probe_config", "toy_plugin", "tserve", "wire_samples", "assert_same_tensor"]
 
 
 @pytest.fixture

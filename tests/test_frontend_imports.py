@@ -20,7 +20,7 @@ FRONTEND_SIDE = {
     "grpc_frontend.status", "grpc_frontend.stream",
     "platforms", "platforms.forwarding", "platforms.listeners", "platforms.sagemaker", "platforms.vertex_ai",
     # the seam and the wire between the processes
-    "seam", "channel",
+    "seam", "channel", "wire",
     # plain definitions both sides share
     "errors", "inference", "datatypes", "shared_memory_parameters", "config", "load_overrides", "sources",
     "trace_settings", "log_settings", "protos", "protos.grpc_service_pb2", "protos.grpc_service_pb2_grpc",

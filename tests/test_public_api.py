@@ -1,5 +1,5 @@
-"""The public API is ``triton_serve.plugin`` (and ``triton_serve.testing`` for tests): plugins use nothing
-else, and every public name says what it is."""
+"""The public API is ``triton_serve.plugin`` (``triton_serve.frontend`` for plugin apps on the HTTP port,
+``triton_serve.testing`` for tests): plugins use nothing else, and every public name says what it is."""
 from __future__ import annotations
 
 import ast
@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
+import triton_serve.frontend
 import triton_serve.inprocess
 import triton_serve.plugin
 import triton_serve.testing
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLIC_MODULES = {"triton_serve", "triton_serve.plugin", "triton_serve.testing", "triton_serve.inprocess"}
+PUBLIC_MODULES = {"triton_serve", "triton_serve.plugin", "triton_serve.frontend", "triton_serve.testing",
+                  "triton_serve.inprocess"}
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -54,7 +56,7 @@ def test_the_check_finds_a_private_import(tmp_path: Path) -> None:
 
 def _public_objects() -> list[tuple[str, Any]]:
     objects = []
-    for module in (triton_serve.plugin, triton_serve.testing, triton_serve.inprocess):
+    for module in (triton_serve.plugin, triton_serve.frontend, triton_serve.testing, triton_serve.inprocess):
         for name in module.__all__:
             obj = getattr(module, name)
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):

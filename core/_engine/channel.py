@@ -1,9 +1,9 @@
 """The wire between front-end processes and the model owner: binary frames over a Unix socket.
 
 A frame is a fixed header (kind, id, metadata length, tensor-data length), the metadata as a
-``marshal``-ed tuple of plain values, then the raw bytes of every tensor, back to back. Requests
-and responses carry tensors in the same little-endian layout HTTP and gRPC use, so each side
-builds numpy arrays straight over the received frame.
+``marshal``-ed tuple of plain values, then one buffer with every tensor's bytes. Tensors and errors
+cross in wire.py's form (the form every process boundary uses), so each side builds numpy arrays
+straight over the received frame.
 """
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .datatypes import BY_NAME, from_wire_bytes, to_wire_bytes
-from .errors import ServerError, Status
+from .datatypes import BY_NAME
+from .errors import ServerError
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from .frontend_trace import FrontendTrace
+from .wire import TensorLayout, TensorRef, decode_error, encode_error, read_tensor
 
 HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes
 
@@ -39,9 +40,8 @@ TRACE_STAMPS = 10  # meta: [(name, ns), ...]: the front-end's timestamps for the
 Frame = tuple[int, int, Any, memoryview]
 
 
-def encode(kind: int, frame_id: int, meta: Any, blobs: list[bytes] | None = None) -> bytes:
+def encode(kind: int, frame_id: int, meta: Any, data: bytes | bytearray = b"") -> bytes:
     packed = marshal.dumps(meta)
-    data = b"".join(blobs) if blobs else b""
     return b"".join((HEADER.pack(kind, frame_id, len(packed), len(data)), packed, data))
 
 
@@ -104,40 +104,43 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _tensors(tensors: list[Tensor]) -> tuple[list[tuple[Any, ...]], list[bytes]]:
-    described, blobs = [], []
+def _tensors(tensors: list[Tensor]) -> tuple[list[tuple[TensorRef, dict[str, Any] | None]], bytearray]:
+    """Each tensor as (its TensorRef, its parameters or None), and the buffer of their bytes (wire.py). An input
+    in a shared-memory region crosses with no bytes: the owner reads the region."""
+    layout, described = TensorLayout(), []
     for tensor in tensors:
-        blob = to_wire_bytes(tensor.datatype, tensor.data)
-        described.append((tensor.name, tensor.datatype, tensor.shape, len(blob), tensor.parameters or None))
-        blobs.append(blob)
-    return described, blobs
-
-
-def _arrays(described: list[tuple[Any, ...]], data: memoryview) -> list[Tensor]:
-    tensors, offset = [], 0
-    for name, datatype, shape, size, parameters in described:
-        if parameters and "shared_memory_region" in parameters:  # its bytes are in a shared-memory region
-            array = np.empty(0, BY_NAME[datatype].numpy)
+        if tensor.parameters and "shared_memory_region" in tensor.parameters:
+            ref: TensorRef = (tensor.name, tensor.datatype, tuple(tensor.shape), 0, 0)
         else:
-            array = from_wire_bytes(datatype, shape, data[offset:offset + size])
-        tensors.append(Tensor(name, datatype, shape, array, parameters or {}))
-        offset += size
+            ref = layout.add(tensor.name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
+        described.append((ref, tensor.parameters or None))
+    return described, layout.tobytes()
+
+
+def _arrays(described: list[tuple[TensorRef, dict[str, Any] | None]], data: memoryview) -> list[Tensor]:
+    tensors = []
+    for ref, parameters in described:
+        if parameters and "shared_memory_region" in parameters:  # its bytes are in a shared-memory region
+            array = np.empty(0, BY_NAME[ref[1]].numpy)
+        else:
+            array = read_tensor(data, ref)
+        tensors.append(Tensor(ref[0], ref[1], ref[2], array, parameters or {}))
     return tensors
 
 
 # ---- requests ------------------------------------------------------------------------------------
 
 def encode_request(frame_id: int, request: InferenceRequest, decoupled_error: str | None) -> bytes:
-    inputs, blobs = _tensors(list(request.inputs.values()))
+    inputs, data = _tensors(list(request.inputs.values()))
     outputs = [(output.name, output.parameters or None) for output in request.outputs]
     version = -1 if request.model_version is None else request.model_version
     trace = None if request.trace is None else request.trace.parent or ""
     meta = (request.model_name, version, request.id, request.parameters or None, inputs, outputs, decoupled_error,
             trace)
     try:
-        return encode(REQUEST, frame_id, meta, blobs)
+        return encode(REQUEST, frame_id, meta, data)
     except ValueError:  # a parameter holds something marshal cannot write
-        return encode(REQUEST, frame_id, plain(meta), blobs)
+        return encode(REQUEST, frame_id, plain(meta), data)
 
 
 def decode_request(meta: Any, data: memoryview) -> tuple[InferenceRequest, str | None]:
@@ -154,26 +157,18 @@ def decode_request(meta: Any, data: memoryview) -> tuple[InferenceRequest, str |
 
 # ---- responses -----------------------------------------------------------------------------------
 
-def encode_error(error: ServerError) -> tuple[str, str]:
-    return error.message, error.status.name
-
-
-def decode_error(error: tuple[str, str]) -> ServerError:
-    return ServerError(error[0], Status[error[1]])
-
-
 def encode_response(frame_id: int, response: InferenceResponse | None, final: bool, version: int | None) -> bytes:
     """A response frame; ``version`` is the model version the owner resolved for the request."""
     if response is None:
         return encode(RESPONSE, frame_id, (final, False, None, None, None, version))
     if response.error is not None:
         return encode(RESPONSE, frame_id, (final, True, encode_error(response.error), None, None, version))
-    outputs, blobs = _tensors(response.outputs)
+    outputs, data = _tensors(response.outputs)
     meta = (final, True, None, response.parameters or None, outputs, version)
     try:
-        return encode(RESPONSE, frame_id, meta, blobs)
+        return encode(RESPONSE, frame_id, meta, data)
     except ValueError:
-        return encode(RESPONSE, frame_id, plain(meta), blobs)
+        return encode(RESPONSE, frame_id, plain(meta), data)
 
 
 def decode_response(meta: Any, data: memoryview) -> tuple[InferenceResponse | None, bool, int | None]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
-from . import channel
+from . import channel, wire
 from .dataplane import DataPlane
 from .seam import REMOTE_CALLS
 from .errors import ServerError, internal, unavailable, unexpected
@@ -139,10 +139,10 @@ class _Endpoint(asyncio.Protocol):
                 result = result.SerializeToString()
             reply = channel.encode(channel.REPLY, call_id, (True, result))
         except ServerError as error:
-            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(error)))
+            reply = channel.encode(channel.REPLY, call_id, (False, wire.encode_error(error)))
         except Exception as error:
             log.exception("front-end call %s failed", method)
-            reply = channel.encode(channel.REPLY, call_id, (False, channel.encode_error(unexpected(error))))
+            reply = channel.encode(channel.REPLY, call_id, (False, wire.encode_error(unexpected(error))))
         self._write(reply)
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from . import channel
+from . import channel, wire
 from .errors import ServerError, unavailable
 from .frontends import FrontendOptions, Frontends, run_on_fast_loop
 from .inference import InferenceRequest
@@ -123,7 +123,7 @@ class RemoteDataPlane:
                 if ok:
                     future.set_result(value)
                 else:
-                    future.set_exception(channel.decode_error(value))
+                    future.set_exception(wire.decode_error(value))
         elif kind == channel.LOG_SETTINGS:
             apply_log_settings(LogSettings(**meta))
         elif kind == channel.TRACED:

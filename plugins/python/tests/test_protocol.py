@@ -10,8 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from triton_serve.plugin import InferenceRequest, RequestedOutput, ServerError, Status, Tensor
-from triton_serve_python.arena import TensorLayout, read_tensor
+from triton_serve.plugin import (InferenceRequest, RequestedOutput, ServerError, Status, Tensor, TensorLayout,
+                                 read_tensor)
+from triton_serve.testing import assert_same_tensor, wire_samples
+from triton_serve_python.arena import ALIGNMENT
+from triton_serve_python.inline import pack_array, unpack_array
 from triton_serve_python.protocol import BlockingChannel, CallFailed, FrameDecoder, Kind, encode
 from triton_serve_python.server_calls import WorkerCalls
 from triton_serve_python.transfer import describe_requests, read_responses
@@ -233,3 +236,27 @@ def test_awaited_and_streaming_calls_answer_from_the_event_loop() -> None:
     worker_end.close()
     server_end.close()
     assert results == {"stream": [0, 1, 2], "add": 5, "fail": [1, ("stopped midway", "UNAVAILABLE")]}
+
+
+def test_every_datatype_crosses_the_worker_boundary_unchanged() -> None:
+    """The core's wire form through each way a tensor reaches or leaves a worker: an EXECUTE's inputs in the arena,
+    a RESULT's outputs read back from it, and tensors inside frames (response senders, BLS)."""
+    samples = wire_samples()
+    request = InferenceRequest("m", 1, inputs={name: Tensor(name, datatype, array.shape, array)
+                                               for name, datatype, array in samples})
+    layout = TensorLayout(ALIGNMENT)
+    [described] = describe_requests([request], layout)
+    arena = memoryview(bytearray(layout.size))
+    layout.write(arena)
+    _, (_, [decoded]) = _decode_one(encode(Kind.EXECUTE, (None, [described])))
+    for ref, (name, datatype, array) in zip(decoded[6], samples):
+        assert ref[:3] == (name, datatype, array.shape) and ref[3] % ALIGNMENT == 0
+        assert_same_tensor(read_tensor(arena, ref), array, datatype)
+    _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(decoded[6], {}, None)])))
+    [response] = read_responses(results, arena)
+    assert response is not None
+    for tensor, (name, datatype, array) in zip(response.outputs, samples):
+        assert_same_tensor(tensor.data, array, datatype)
+    for name, datatype, array in samples:
+        _, packed = _decode_one(encode(Kind.NOTIFY, pack_array(name, datatype, array)))
+        assert_same_tensor(unpack_array(packed), array, datatype)

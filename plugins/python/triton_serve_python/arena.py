@@ -1,4 +1,5 @@
-"""Shared-memory arenas that carry tensor bytes between the server and a worker, and the tensor layout in them."""
+"""Shared-memory arenas that carry tensor bytes between the server and a worker (laid out by the core's
+``TensorLayout``, the form every process boundary uses)."""
 from __future__ import annotations
 
 import itertools
@@ -7,13 +8,8 @@ import sys
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
-import numpy as np
 
-from .pb_utils.dtypes import BY_NAME, decode_bytes_elements, encode_bytes_elements
-
-# (name, datatype, shape, offset, nbytes): where one tensor sits in an arena
-TensorRef = tuple[str, str, tuple[int, ...], int, int]
-_ALIGNMENT = 64
+ALIGNMENT = 64  # each tensor's offset in an arena (a TensorLayout's alignment)
 _counter = itertools.count()
 
 
@@ -74,47 +70,3 @@ def grown_size(current: int, needed: int, growth: int) -> int:
     """The smallest ``current + k * growth`` that holds ``needed`` bytes."""
     steps = -(-(needed - current) // max(growth, 1))
     return current + max(steps, 1) * max(growth, 1)
-
-
-class TensorLayout:
-    """Assigns each tensor of a batch an offset; ``size`` is the arena bytes they need; ``write`` copies them in.
-
-    Tensors lie back to back, 64-byte aligned: numeric ones as little-endian elements, BYTES ones as
-    length-prefixed elements.
-    """
-
-    def __init__(self) -> None:
-        self.size = 0
-        self._pending: list[tuple[int, tuple[int, ...], np.dtype, np.ndarray | bytes]] = []
-
-    def add(self, name: str, datatype: str, array: np.ndarray) -> TensorRef:
-        shape = tuple(array.shape)
-        wire = BY_NAME[datatype].wire
-        payload: np.ndarray | bytes
-        if datatype == "BYTES":
-            payload = encode_bytes_elements(array)
-            nbytes = len(payload)
-        else:
-            payload, nbytes = array, array.size * wire.itemsize
-        offset = -(-self.size // _ALIGNMENT) * _ALIGNMENT
-        self.size = offset + nbytes
-        self._pending.append((offset, shape, wire, payload))
-        return name, datatype, shape, offset, nbytes
-
-    def write(self, buf: memoryview) -> None:
-        for offset, shape, wire, payload in self._pending:
-            if isinstance(payload, bytes):
-                buf[offset:offset + len(payload)] = payload
-            else:
-                np.ndarray(shape, wire, buffer=buf, offset=offset)[...] = payload
-        self._pending.clear()
-
-
-def read_tensor(buf: memoryview, ref: TensorRef, copy: bool) -> np.ndarray:
-    """The tensor ``ref`` points at: a view of the arena (``copy=False``) or a copy. BYTES are always decoded."""
-    _name, datatype, shape, offset, nbytes = ref
-    if datatype == "BYTES":
-        count = int(np.prod(shape, dtype=np.int64))
-        return decode_bytes_elements(buf[offset:offset + nbytes], count).reshape(shape)
-    array = np.ndarray(shape, BY_NAME[datatype].wire, buffer=buf, offset=offset)
-    return array.copy() if copy else array

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from triton_serve.plugin import (InferenceClient, InferenceRequest, InferenceResponse, ServerError, Status,
-                                 mark_inputs_ready, mark_outputs_ready)
+                                 TensorLayout, mark_inputs_ready, mark_outputs_ready)
 
-from .arena import Arena, TensorLayout, grown_size
+from .arena import ALIGNMENT, Arena, grown_size
 from .bls_calls import BlsCalls
 from .metric_calls import WorkerMetrics
 from .open_requests import OpenRequests
@@ -363,7 +363,7 @@ class WorkerProcess:
         response sender. A batch-level error is raised as ServerError, a dead worker as WorkerFailure."""
         if not self.running:
             raise WorkerFailure(self.exit_description or "is not running")
-        layout = TensorLayout()
+        layout = TensorLayout(ALIGNMENT)
         described = describe_requests(requests, layout)
         if layout.size <= INLINE_LIMIT:
             if self._through_arena:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from .arena import TensorRef
+from triton_serve.plugin import TensorRef
 
 _HEADER = struct.Struct("<BI")
 _T = TypeVar("_T")

@@ -13,7 +13,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .arena import read_tensor
+from triton_serve.plugin import read_tensor
+
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
 from .pb_utils.errors import TritonError

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ServerError, Status, Tensor, TensorLayout,
+                                 read_tensor)
 
-from .arena import TensorLayout, read_tensor
 from .protocol import RequestTuple, ResponseTuple
 
 # Request parameters that the server turns into request fields, so a model never sees them as parameters.

@@ -8,7 +8,9 @@ import sys
 import time
 import traceback
 
-from .arena import TensorLayout, attach, close_mapping, mapped_bytes
+from triton_serve.plugin import TensorLayout
+
+from .arena import ALIGNMENT, attach, close_mapping, mapped_bytes
 from .pb_utils.errors import TritonError, TritonModelException
 from .pb_utils.logger import set_log_sink
 from .pb_utils.messages import InferenceResponse
@@ -70,7 +72,7 @@ def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArena
         started = time.monotonic_ns()
         responses = runner.execute(requests, source, keys)
         finished = time.monotonic_ns()
-        layout = TensorLayout()
+        layout = TensorLayout(ALIGNMENT)
         results = [_response_tuple(response, layout) for response in responses]
         if inline is not None:
             outputs = bytearray(layout.size)

@@ -40,7 +40,7 @@ class ModelReplica:
             response = await infer_one(self.dataplane, request, decoupled_error)
         except ServerError as error:
             return Reply.failed(error)
-        return Reply(WireResponse(response.outputs, response.parameters, request.model_version))
+        return Reply(WireResponse.of(response, request.model_version))
 
     async def model_ready(self, version: int | None) -> Reply:
         return await _reply(self.dataplane.model_ready(self.model, version))

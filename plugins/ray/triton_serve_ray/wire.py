@@ -1,16 +1,32 @@
 """What crosses between the ingress and a model replica: plain, picklable requests and replies.
 
-``InferenceRequest`` carries its response channel (asyncio objects) and cannot be pickled, so the
-ingress sends its fields; tensors keep their numpy arrays, which Ray transfers without re-encoding.
-Errors travel as values (message and status name): a raised exception would lose its Triton status.
+``InferenceRequest`` carries its response channel (asyncio objects) and cannot be pickled, so the ingress
+sends its content; tensors and errors cross in the core's wire form (``pack_tensors``: one buffer of their
+bytes, described by TensorRefs), as at every other process boundary of the server. Errors travel as values
+(message and status name): a raised exception would lose its Triton status.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestedOutput, ServerError, Status,
-                                 Tensor)
+import numpy as np
+
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestedOutput, ServerError, Tensor, TensorRef,
+                                 WireError, decode_error, encode_error, pack_tensors, read_tensor)
+
+# Tensors in wire form: their TensorRefs with each one's parameters, and the buffer of their bytes.
+WireTensors = tuple[list[tuple[TensorRef, dict[str, Any]]], bytes]
+
+
+def pack(tensors: list[Tensor]) -> WireTensors:
+    refs, data = pack_tensors((t.name, t.datatype, np.asarray(t.data).reshape(t.shape)) for t in tensors)
+    return [(ref, tensor.parameters) for ref, tensor in zip(refs, tensors)], bytes(data)
+
+
+def unpack(packed: WireTensors) -> list[Tensor]:
+    described, data = packed
+    return [Tensor(ref[0], ref[1], ref[2], read_tensor(data, ref), parameters) for ref, parameters in described]
 
 
 @dataclass(slots=True)
@@ -20,18 +36,18 @@ class WireRequest:
     model_name: str
     model_version: int | None
     id: str
-    inputs: list[Tensor]
+    inputs: WireTensors
     outputs: list[RequestedOutput]
     parameters: dict[str, Any]
 
     @classmethod
     def of(cls, request: InferenceRequest) -> WireRequest:
-        return cls(request.model_name, request.model_version, request.id, list(request.inputs.values()),
+        return cls(request.model_name, request.model_version, request.id, pack(list(request.inputs.values())),
                    request.outputs, request.parameters)
 
     def to_request(self) -> InferenceRequest:
         return InferenceRequest(self.model_name, self.model_version, id=self.id,
-                                inputs={tensor.name: tensor for tensor in self.inputs},
+                                inputs={tensor.name: tensor for tensor in unpack(self.inputs)},
                                 outputs=self.outputs, parameters=self.parameters)
 
 
@@ -39,28 +55,31 @@ class WireRequest:
 class WireResponse:
     """One inference response's outputs and parameters, and the model version that served it."""
 
-    outputs: list[Tensor]
+    outputs: WireTensors
     parameters: dict[str, Any]
     model_version: int | None  # the data plane sets the request's version as it resolves the model
 
+    @classmethod
+    def of(cls, response: InferenceResponse, model_version: int | None) -> WireResponse:
+        return cls(pack(response.outputs), response.parameters, model_version)
+
     def to_response(self) -> InferenceResponse:
-        return InferenceResponse(self.outputs, self.parameters)
+        return InferenceResponse(unpack(self.outputs), self.parameters)
 
 
 @dataclass(slots=True)
 class Reply:
-    """A replica's answer to one call: its value, or the ServerError it raised (message, status name)."""
+    """A replica's answer to one call: its value, or the ServerError it raised."""
 
     value: Any = None
-    error: tuple[str, str] | None = None
+    error: WireError | None = None
 
     @classmethod
     def failed(cls, error: ServerError) -> Reply:
-        return cls(error=(error.message, error.status.name))
+        return cls(error=encode_error(error))
 
     def unwrap(self) -> Any:
         """The value; raises the replica's ServerError, with its status, if the call failed."""
         if self.error is not None:
-            message, status = self.error
-            raise ServerError(message, Status[status])
+            raise decode_error(self.error)
         return self.value
