@@ -10,7 +10,7 @@ count before and after gives requests served, so
 
 Native time outside the GIL (grpc's C core, socket syscalls done without the GIL) is not sampled.
 
-    .venv/bin/python bench/profile_stages.py --protocol http --concurrency 16 [--ours-flags="--frontend-processes=0"]
+    .venv/bin/python bench/profile_stages.py --protocol http-binary --concurrency 16 [--ours-flags="--frontend-processes=0"]
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def inference_count(http_port: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--protocol", choices=["http", "http-json", "grpc"], default="http")
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="http-binary")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")

@@ -65,7 +65,10 @@ class DynamicBatcher(Scheduler):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work()) for _ in range(self.pool.capacity)]
+        # At most two batches per instance on their way (one running, the next waiting in the instance): a worker
+        # forms its batch as soon as it has a slot, so more would split the queue into smaller batches.
+        workers = min(self.pool.capacity, 2 * len(self.pool.instances))
+        self._workers = [loop.create_task(self._work()) for _ in range(workers)]
 
     async def stop(self) -> None:
         self._stopping = True

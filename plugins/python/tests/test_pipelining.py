@@ -1,6 +1,6 @@
 """Batches on their way to a worker while it runs another: small batches travel inside the frames and wait in the
-worker's socket (two per instance), larger ones go through the arenas alone; every datatype arrives intact either
-way, answers keep their requests, and statistics count the worker's own execute time as inference."""
+worker's socket (up to eight per instance), larger ones go through the arenas alone; every datatype arrives intact
+either way, answers keep their requests, and statistics count the worker's own execute time as inference."""
 from __future__ import annotations
 
 import concurrent.futures
