@@ -70,3 +70,30 @@ def test_a_worker_that_keeps_dying_fails_the_load_with_the_reason(tmp_path: Path
     [entry] = http.InferenceServerClient(server.http_url).get_model_repository_index()
     assert entry["state"] == "UNAVAILABLE" and launched == ["crashed"] * 3
     assert entry["reason"].endswith("was killed by signal SIGSEGV before it started")
+
+
+class _LateConnectionLoop:
+    """The running loop, except that ``create_unix_connection`` returns to its caller only after a pause, by which
+    time the worker's first message has already been read (as happens when a worker starts quickly)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    async def create_unix_connection(self, *args: Any, **kwargs: Any) -> Any:
+        connection = await self._loop.create_unix_connection(*args, **kwargs)
+        await asyncio.sleep(1.0)
+        return connection
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+
+def test_a_worker_whose_start_message_comes_before_the_connection_is_made_loads(
+        tmp_path: Path, tserve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    shim = type(sys)("asyncio_for_process")
+    shim.__dict__.update(vars(asyncio))
+    shim.get_running_loop = lambda: _LateConnectionLoop(asyncio.get_running_loop())  # type: ignore[attr-defined]
+    monkeypatch.setattr(process, "asyncio", shim)
+    server = tserve(_write_model(tmp_path), frontend_processes=0)
+    [entry] = http.InferenceServerClient(server.http_url).get_model_repository_index()
+    assert entry["state"] == "READY", entry

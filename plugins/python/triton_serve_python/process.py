@@ -137,8 +137,8 @@ class WorkerProcess:
     async def start(self, init: dict[str, Any]) -> None:
         """Launch the worker and initialize the model; clean up and raise ServerError if either fails."""
         try:
-            await self._launch()
-            await self._wait_reply(self.options.stub_timeout_seconds, "start-up")
+            started = await self._launch()
+            await self._wait_reply(started, self.options.stub_timeout_seconds, "start-up")
         except WorkerFailure as failure:
             await self._abort()
             raise WorkerStartFailed(f"python backend worker for {self.label} {failure} before it started",
@@ -165,7 +165,9 @@ class WorkerProcess:
             raise ServerError(f"failed to initialize {self.label}: {message}", Status.INTERNAL)
         self._ready = True
 
-    async def _launch(self) -> None:
+    async def _launch(self) -> asyncio.Future[Message]:
+        """Start the worker process and connect to it; the future its STARTED message resolves (it may come
+        before the connection is made)."""
         prefix, size = self.options.shm_region_prefix_name, self.options.shm_default_byte_size
         self._arenas["input"] = Arena(prefix, size)
         self._arenas["output"] = Arena(prefix, size)
@@ -181,13 +183,15 @@ class WorkerProcess:
             worker_end.close()
         self._exit_task = asyncio.create_task(self._watch_exit())
         loop = asyncio.get_running_loop()
-        self._replies.append(loop.create_future())  # for STARTED
+        started: asyncio.Future[Message] = loop.create_future()
+        self._replies.append(started)
         try:
             self._transport, _ = await loop.create_unix_connection(lambda: _WorkerConnection(self),
                                                                    sock=server_end)
         except BaseException:
             server_end.close()
             raise
+        return started
 
     async def stop(self) -> None:
         """Finalize the model and let the worker exit; kill it if that takes over stub-timeout-seconds."""
@@ -251,14 +255,14 @@ class WorkerProcess:
         """Send a message and wait for the worker's answer (see ``_wait_reply``)."""
         if self.exit_description is not None or self._transport is None:
             raise WorkerFailure(self.exit_description or "is not running")
-        self._replies.append(asyncio.get_running_loop().create_future())
+        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._replies.append(reply)
         self._transport.write(encode(kind, body))
-        return await self._wait_reply(timeout, what)
+        return await self._wait_reply(reply, timeout, what)
 
-    async def _wait_reply(self, timeout: float, what: str) -> Message:
-        """Wait for the answer the last message sent asked for; kill the worker if ``what`` takes over ``timeout``
+    async def _wait_reply(self, reply: asyncio.Future[Message], timeout: float, what: str) -> Message:
+        """Wait for ``reply``, the worker's answer to a message; kill the worker if ``what`` takes over ``timeout``
         seconds (0: no limit), and raise WorkerFailure if it dies first."""
-        reply = self._replies[-1]
         if not timeout:
             return await reply
         timer = asyncio.get_running_loop().call_later(timeout, self._time_out, reply, timeout, what)
