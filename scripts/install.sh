@@ -152,6 +152,8 @@ fi
 # Node.js and npm for azurite; a Node.js that brings its own npm (NodeSource's) stays, as Debian's npm
 # package would clash with it.
 command -v npm >/dev/null || debian_packages+=(nodejs npm)
+# redis-server: plugins/redis's tests start real Redis servers (they skip without it).
+debian_packages+=(redis-server)
 install_debian_packages "${debian_packages[@]}"
 create_venv
 install_python_packages

@@ -53,6 +53,7 @@ PLANS = {
     "ensemble": Plan((CORE, "triton-serve-ensemble", "triton-serve-python")),
     "tensorrt": Plan((CORE, "triton-serve-tensorrt")),
     "storage": Plan((CORE, "triton-serve-storage")),
+    "redis": Plan((CORE, "triton-serve-redis")),
     "analyze": Plan((CORE, "triton-serve-analyze")),  # matplotlib
     "pytriton": Plan((CORE, "triton-serve-batching", "triton-serve-pytriton")),
     "openai": Plan((CORE, "triton-serve-openai")),
@@ -303,6 +304,11 @@ def test_storage_is_discovered_and_names_the_extra_a_bucket_needs(environments: 
     [line] = finished.stderr.splitlines()
     assert line.startswith("error: model repository 's3://bucket/models' needs boto3 (")
     assert line.endswith("pip install 'triton-serve-storage[s3]'")
+
+
+def test_redis_registers_its_cache(environments: dict[str, Prepared | Exception]) -> None:
+    assert "redis_cache  (triton-serve-redis 0.1.0)\n    hooks: tserve_register_caches" in \
+        prepared(environments, "redis").plugins_listed
 
 
 def test_analyze_adds_its_command(environments: dict[str, Prepared | Exception]) -> None:
