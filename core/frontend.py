@@ -11,6 +11,7 @@ from ._engine.errors import ServerError, Status
 from ._engine.hookspecs import hookimpl
 from ._engine.http_apps import AsgiApp, HttpAppRegistry
 from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ._engine.openai_listener import OpenAIOptions
 from ._engine.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
 from ._engine.seam import DataPlaneAPI, infer_one
 
@@ -19,6 +20,8 @@ __all__ = [
     "hookimpl", "HttpAppRegistry", "AsgiApp",
     # the data-plane seam: submit requests, read configs and the repository index
     "DataPlaneAPI", "infer_one",
+    # the --openai-* flags, given to an app registered with openai_options=True
+    "OpenAIOptions",
     # requests, responses, tensors
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "TensorType", "datatype_of_config",
     "serialize_bytes", "deserialize_bytes",

@@ -26,6 +26,7 @@ from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, 
                                SchedulerRegistry)
 from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
+from ._engine.openai_listener import OpenAIOptions
 from ._engine.seam import DataPlaneAPI, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
@@ -60,5 +61,5 @@ __all__ = [
     # custom metrics, devices
     "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
     # embedding the server in another host (triton-serve-ray)
-    "Server", "ServerOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
+    "Server", "ServerOptions", "OpenAIOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
 ]

@@ -19,6 +19,7 @@ FRONTEND_SIDE = {
     "grpc_frontend", "grpc_frontend.codec", "grpc_frontend.health", "grpc_frontend.server", "grpc_frontend.service",
     "grpc_frontend.status", "grpc_frontend.stream",
     "platforms", "platforms.forwarding", "platforms.listeners", "platforms.sagemaker", "platforms.vertex_ai",
+    "openai_listener",
     # the seam and the wire between the processes
     "seam", "channel", "wire",
     # plain definitions both sides share

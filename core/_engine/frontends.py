@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from dataclasses import dataclass, field
 from collections.abc import Coroutine
 from typing import Any
@@ -13,7 +14,9 @@ from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.infer_protocol import http_protocol
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
 from .header_forwarding import header_forwarder
-from .http_apps import HttpAppRegistry, http_apps_of
+from .errors import ServerError, Status
+from .http_apps import AsgiApp, HttpAppRegistry, http_apps_of
+from .openai_listener import OPENAI_PREFIX, OpenAIOptions, openai_port_app, restrict_openai
 from .platforms.listeners import PlatformOptions, bind_platform_listeners
 from .seam import DataPlaneAPI
 from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
@@ -42,6 +45,7 @@ class FrontendOptions:
     exit_timeout_secs: float = GRACEFUL_TIMEOUT_S  # how long a graceful stop waits for in-flight requests
     http_app_plugins: list[str] = field(default_factory=list)  # installed plugins serving more HTTP paths
     platforms: PlatformOptions = field(default_factory=PlatformOptions)  # the SageMaker and Vertex AI listeners
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port, --openai-restricted-api
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -50,6 +54,8 @@ class FrontendOptions:
     def from_dict(cls, values: dict[str, Any]) -> FrontendOptions:
         return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"]),
                       "platforms": PlatformOptions(**values["platforms"]),
+                      "openai": OpenAIOptions(**{**values["openai"], "restricted_api": restrictions_from_json(
+                          values["openai"]["restricted_api"])}),
                       "http_restricted_api": restrictions_from_json(values["http_restricted_api"]),
                       "grpc_restricted_protocol": restrictions_from_json(values["grpc_restricted_protocol"])})
 
@@ -87,6 +93,7 @@ class Frontends:
                 for _app, platform_socket in platforms:
                     platform_socket.close()
                 raise
+        openai_socket, apps = self._bind_openai(http_socket, platforms)
         if options.allow_grpc:
             grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
                                          reuse_port=self.reuse_port or options.reuse_grpc_port,
@@ -95,7 +102,7 @@ class Frontends:
             try:
                 await grpc_frontend.start()
             except BaseException:
-                for sock in [http_socket, *(platform_socket for _app, platform_socket in platforms)]:
+                for sock in [http_socket, openai_socket, *(platform_socket for _app, platform_socket in platforms)]:
                     if sock is not None:
                         sock.close()
                 raise
@@ -103,14 +110,44 @@ class Frontends:
         for platform_app, platform_socket in platforms:
             self._tasks.append(asyncio.create_task(serve_http(platform_app, platform_socket, options.http_server,
                                                               self._stopping, options.exit_timeout_secs)))
+        mounts: dict[str, AsgiApp] = {}
+        if http_socket is not None or openai_socket is not None:
+            mounts = apps.apps(self.api, options.http_max_input_size, options.openai)
+            if OPENAI_PREFIX in mounts:
+                mounts[OPENAI_PREFIX] = restrict_openai(mounts[OPENAI_PREFIX], options.openai.restricted_api)
+        if openai_socket is not None:
+            self._tasks.append(asyncio.create_task(serve_http(openai_port_app(mounts[OPENAI_PREFIX]), openai_socket,
+                                                              options.http_server, self._stopping,
+                                                              options.exit_timeout_secs)))
         if http_socket is not None:
-            apps = self.http_apps if self.http_apps is not None else http_apps_of(options.http_app_plugins)
             http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder,
-                                         mounts=apps.apps(self.api, options.http_max_input_size))
+                                         mounts=mounts)
             app = restrict_http(http_frontend.app(), options.http_restricted_api)
             protocol = http_protocol(http_frontend, options.http_restricted_api)
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server, self._stopping,
                                                               options.exit_timeout_secs, protocol=protocol)))
+
+    def _bind_openai(self, http_socket: socket.socket | None,
+                     platforms: list[tuple[Any, socket.socket]]) -> tuple[socket.socket | None, HttpAppRegistry]:
+        """``--openai-port``'s socket (None without the flag) and the plugins' HTTP apps; a missing OpenAI
+        plugin or a taken port closes what is bound and fails the start."""
+        options = self.options
+        if http_socket is None and options.openai.port is None:
+            return None, HttpAppRegistry()  # no HTTP listener: no plugin app is loaded
+        apps = self.http_apps if self.http_apps is not None else http_apps_of(options.http_app_plugins)
+        if options.openai.port is None:
+            return None, apps
+        try:
+            if apps.get(OPENAI_PREFIX) is None:
+                raise ServerError("--openai-port needs the OpenAI front-end plugin (pip install "
+                                  "triton-serve-openai)", Status.INVALID_ARG)
+            return listen_socket(options.http_address, options.openai.port,
+                                 reuse_port=self.reuse_port or options.reuse_http_port, what="OpenAI"), apps
+        except BaseException:
+            for sock in [http_socket, *(platform_socket for _app, platform_socket in platforms)]:
+                if sock is not None:
+                    sock.close()
+            raise
 
     async def _serve_grpc(self, grpc_frontend: GrpcFrontend) -> None:
         await self._stopping.wait()

@@ -103,4 +103,6 @@ def tserve_register_http_apps(registry: HttpAppRegistry) -> None:
     which loads only the installed plugins that registered a prefix. ``make_app(api, max_input_size)`` returns
     an ASGI app that gets every HTTP request whose path starts with the prefix; it reaches models only through
     ``api``, the data-plane seam (a DataPlaneAPI). A prefix another plugin took raises an error naming both.
+    ``registry.add(prefix, make_app, openai_options=True)`` calls ``make_app(api, max_input_size, options)``
+    with the ``--openai-*`` flags (OpenAIOptions) and serves the app on ``--openai-port`` too.
     """

@@ -11,12 +11,15 @@ from . import hookspecs
 from .errors import ServerError, Status
 
 if TYPE_CHECKING:
+    from .openai_listener import OpenAIOptions
     from .seam import DataPlaneAPI
 
 AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[MutableMapping[str, Any]]],
                     Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 # (the data-plane seam, --http-max-input-size) -> the ASGI app serving a plugin's paths.
 HttpAppFactory = Callable[["DataPlaneAPI", int], AsgiApp]
+# The same, given the --openai-* flags too (``add(..., openai_options=True)``).
+OpenAIAppFactory = Callable[["DataPlaneAPI", int, "OpenAIOptions"], AsgiApp]
 
 ENTRY_POINT_GROUP = "triton_serve"  # the plugin host's group (pluginhost.ENTRY_POINT_GROUP)
 
@@ -25,16 +28,18 @@ class HttpAppRegistry:
     """ASGI app factories by the HTTP path prefix (``/v1/``) their apps serve."""
 
     def __init__(self) -> None:
-        self._items: dict[str, HttpAppFactory] = {}
+        # prefix -> (factory, whether it takes the --openai-* flags)
+        self._items: dict[str, tuple[Callable[..., AsgiApp], bool]] = {}
         self._owners: dict[str, str] = {}
         self.current_plugin = "<direct>"
         self.current_is_builtin = False
 
-    def add(self, prefix: str, factory: HttpAppFactory) -> None:
+    def add(self, prefix: str, factory: HttpAppFactory | OpenAIAppFactory, *, openai_options: bool = False) -> None:
         """Serve every HTTP path that starts with ``prefix`` (and the prefix without its last ``/``) from
-        ``factory(api, max_input_size)``, an ASGI app built once per front-end. A prefix that does not start
-        and end with ``/``, or that overlaps Triton's ``/v2`` endpoints, is a ValueError; one another plugin
-        took is a ServerError naming both."""
+        ``factory(api, max_input_size)``, an ASGI app built once per front-end; with ``openai_options``,
+        ``factory(api, max_input_size, options)`` gets the ``--openai-*`` flags too (``OpenAIOptions``). A prefix
+        that does not start and end with ``/``, or that overlaps Triton's ``/v2`` endpoints, is a ValueError; one
+        another plugin took is a ServerError naming both."""
         if not (prefix.startswith("/") and prefix.endswith("/") and len(prefix) > 1):
             raise ValueError(f"an HTTP path prefix starts and ends with '/', got '{prefix}'")
         if prefix.startswith("/v2/") or "/v2/".startswith(prefix):
@@ -42,12 +47,13 @@ class HttpAppRegistry:
         if prefix in self._items:
             raise ServerError(f"HTTP path prefix '{prefix}' is registered by both plugin '{self._owners[prefix]}' "
                               f"and plugin '{self.current_plugin}'", Status.ALREADY_EXISTS)
-        self._items[prefix] = factory
+        self._items[prefix] = (factory, openai_options)
         self._owners[prefix] = self.current_plugin
 
-    def get(self, prefix: str) -> HttpAppFactory | None:
+    def get(self, prefix: str) -> HttpAppFactory | OpenAIAppFactory | None:
         """The factory registered for ``prefix``, or None."""
-        return self._items.get(prefix)
+        item = self._items.get(prefix)
+        return item[0] if item is not None else None
 
     def names(self) -> list[str]:
         """The registered prefixes, sorted."""
@@ -57,9 +63,13 @@ class HttpAppRegistry:
         """The plugins that registered a prefix (what a front-end process loads again)."""
         return sorted(set(self._owners.values()))
 
-    def apps(self, api: DataPlaneAPI, max_input_size: int) -> dict[str, AsgiApp]:
-        """Each prefix's app, built for one front-end."""
-        return {prefix: factory(api, max_input_size) for prefix, factory in self._items.items()}
+    def apps(self, api: DataPlaneAPI, max_input_size: int, openai: OpenAIOptions | None = None) -> dict[str, AsgiApp]:
+        """Each prefix's app, built for one front-end (``openai``: the ``--openai-*`` flags, default none)."""
+        if openai is None:
+            from .openai_listener import OpenAIOptions
+            openai = OpenAIOptions()
+        return {prefix: factory(api, max_input_size, openai) if takes_openai else factory(api, max_input_size)
+                for prefix, (factory, takes_openai) in self._items.items()}
 
 
 def http_apps_of(plugins: Iterable[str]) -> HttpAppRegistry:

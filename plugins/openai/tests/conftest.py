@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_serve.plugin import ServerOptions
+from triton_serve.plugin import OpenAIOptions, ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 MODEL_PY = (Path(__file__).parent / "llm_model.py").read_text()
@@ -26,13 +26,15 @@ input [
   { name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
   { name: "return_num_input_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
   { name: "return_num_output_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
-  { name: "return_finish_reason" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+  { name: "return_finish_reason" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "return_logprobs" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
 ]
 output [
   { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] },
   { name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] },
   { name: "num_output_tokens" data_type: TYPE_UINT32 dims: [ 1 ] },
-  { name: "finish_reason" data_type: TYPE_STRING dims: [ -1 ] }
+  { name: "finish_reason" data_type: TYPE_STRING dims: [ -1 ] },
+  { name: "logprobs" data_type: TYPE_STRING dims: [ -1 ] }
 ]
 parameters { key: "tokenizer" value: { string_value: "%s" } }
 """
@@ -58,11 +60,55 @@ output [
 ]
 """
 
-# A chat template in the style of Hugging Face tokenizers: special tokens, roles, a refusal of unknown orders.
-CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}"
+# The vLLM backend's embedding contract: the embedding of a text is [characters, words, 0.5, ...] cut to the
+# requested dimensions (default 3), its token count the words.
+EMBED_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "embedding_request" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "return_num_input_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "return_num_output_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [
+  { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] },
+  { name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+"""
+
+EMBED_MODEL_PY = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            asked = json.loads(pb_utils.get_input_tensor_by_name(request, "embedding_request").as_numpy()[0])
+            text = asked["input"] if isinstance(asked["input"], str) else " ".join(map(str, asked["input"]))
+            if text == "fail":
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("cannot embed that")))
+                continue
+            size = asked["pooling_params"].get("dimensions", [3])[0]
+            vector = ([float(len(text)), float(len(text.split()))] + [0.5] * size)[:size]
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("text_output", np.array([json.dumps(vector).encode()], dtype=np.object_)),
+                pb_utils.Tensor("num_input_tokens", np.array([len(text.split())], dtype=np.uint32))]))
+        return responses
+"""
+
+# A chat template in the style of Hugging Face tokenizers: special tokens, roles, a refusal of unknown orders, and
+# tools (their names first; an assistant's calls and a tool's answer in their turns).
+CHAT_TEMPLATE = ("{{ bos_token }}{% if tools %}<|tools|> {% for tool in tools %}{{ tool['function']['name'] }} "
+                 "{% endfor %}{% endif %}{% for message in messages %}"
                  "{% if message['role'] == 'assistant' and loop.first %}"
                  "{{ raise_exception('the conversation must not start with the assistant') }}{% endif %}"
-                 "<|{{ message['role'] }}|> {{ message['content'] }} {% endfor %}"
+                 "<|{{ message['role'] }}|> {{ message['content'] }} "
+                 "{% for call in message['tool_calls'] or [] %}<|call|> {{ call['function']['name'] }} "
+                 "{{ call['function']['arguments'] }} {% endfor %}"
+                 "{% if message['tool_call_id'] %}<|for|> {{ message['tool_call_id'] }} {% endif %}{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
@@ -76,6 +122,9 @@ def write_repository(root: Path) -> Path:
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(MODEL_PY)
         (repo / name / "config.pbtxt").write_text(config)
+    (repo / "embedder" / "1").mkdir(parents=True)
+    (repo / "embedder" / "1" / "model.py").write_text(EMBED_MODEL_PY)
+    (repo / "embedder" / "config.pbtxt").write_text(EMBED_CONFIG)
     return repo
 
 
@@ -87,6 +136,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         model_repositories=[str(repo)], http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
         http_address="127.0.0.1", grpc_address="127.0.0.1", metrics_address="127.0.0.1",
         frontend_processes=request.param, model_control_mode="explicit", load_models=["*"],
+        openai=OpenAIOptions(tool_call_parser="llama3"),
         backend_config={"python": {"shm-region-prefix-name": prefix}}))
     yield running
     running.stop()
@@ -122,3 +172,10 @@ def expected_prompt() -> Callable[[list[dict[str, str]], str], str]:
 def reply_to() -> Callable[..., str]:
     """``reply_to(prompt, max_tokens=16)``: what the test models answer, the prompt's words backwards."""
     return _reply_to
+
+
+@pytest.fixture(scope="session")
+def llm_repository() -> Callable[[Path], Path]:
+    """``llm_repository(root)``: writes the two test models and their tokenizer under ``root``; the models'
+    directory."""
+    return write_repository

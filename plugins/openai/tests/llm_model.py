@@ -1,8 +1,10 @@
 """A Triton Python model that follows Triton's vLLM tensor contract, or its TensorRT-LLM one (whichever inputs its
 config declares), for the OpenAI front-end's tests. Its "tokens" are the prompt's words, read backwards, one word
-per token; generation stops at a stop word, after max_tokens or when the words run out. A prompt holding "boom"
+per token (a prompt holding «text» answers text's words instead, in order); generation stops at a stop word,
+after max_tokens or when the words run out. A prompt holding "boom"
 fails after the first token; one holding "slow" waits between tokens and, cancelled, writes "cancelled" into
-the model's directory."""
+the model's directory; one over CONTEXT words is refused (INVALID_ARG). Asked for logprobs (vLLM's contract), token i of a reply gets logprob -i/10 at rank 1, and
+each of the top ``logprobs`` alternatives "alt<k>" logprob -k."""
 import json
 import os
 import threading
@@ -10,6 +12,8 @@ import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+CONTEXT = 300  # the longest prompt, in words, the model takes
 
 
 def _input(request, name):
@@ -34,18 +38,29 @@ class TritonPythonModel:
             stop = parameters.get("stop") or []
             exclude = _input(request, "exclude_input_in_output")
             flags = {name: bool(_input(request, name)[0]) if _input(request, name) is not None else False
-                     for name in ("return_num_input_tokens", "return_num_output_tokens", "return_finish_reason")}
+                     for name in ("return_num_input_tokens", "return_num_output_tokens", "return_finish_reason",
+                                  "return_logprobs")}
+            flags["top"] = parameters.get("logprobs") or 0
             return parameters.get("max_tokens", 16), stop, exclude is None or bool(exclude[0]), flags, parameters
         max_tokens = int(_input(request, "max_tokens")[0])
         stop_words = _input(request, "stop_words")
         stop = [] if stop_words is None else [word.decode() for word in stop_words]
         seen = {name: float(_input(request, name)[0]) for name in ("temperature", "top_p", "seed")
                 if _input(request, name) is not None}
-        flags = {"return_num_input_tokens": True, "return_num_output_tokens": True, "return_finish_reason": False}
+        flags = {"return_num_input_tokens": True, "return_num_output_tokens": True, "return_finish_reason": False,
+                 "return_logprobs": False}
         return max_tokens, stop, True, flags, seen
 
-    def respond(self, sender, text, flags, words, count, reason, final):
+    def respond(self, sender, text, flags, words, count, reason, final, tokens=(), first=0):
         outputs = [pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))]
+        if flags["return_logprobs"]:
+            entries = []
+            for index, token in enumerate(tokens, start=first):
+                entry = {str(1000 + index): {"logprob": -index / 10, "rank": 1, "decoded_token": token}}
+                for k in range(1, flags["top"]):
+                    entry[str(k)] = {"logprob": -float(k), "rank": k + 1, "decoded_token": f"alt{k}"}
+                entries.append(entry)
+            outputs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(entries).encode()], dtype=np.object_)))
         if flags["return_num_input_tokens"]:
             outputs.append(pb_utils.Tensor("num_input_tokens", np.array([len(words)], dtype=np.uint32)))
         if flags["return_num_output_tokens"]:
@@ -62,8 +77,15 @@ class TritonPythonModel:
         stream = stream_input is not None and bool(stream_input[0])
         max_tokens, stop, exclude, flags, seen = self.settings(request)
         words = prompt.split()
+        if len(words) > CONTEXT:
+            error = pb_utils.TritonError(f"the prompt's {len(words)} tokens do not fit the model's context of "
+                                         f"{CONTEXT} tokens", pb_utils.TritonError.INVALID_ARG)
+            sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
         tokens, reason = [], "stop"
-        for word in reversed(words):
+        script = "«" in prompt and "»" in prompt
+        sequence = prompt[prompt.rindex("«") + 1:prompt.rindex("»")].split() if script else list(reversed(words))
+        for word in sequence:
             if word in stop:
                 break
             if len(tokens) == max_tokens:
@@ -76,7 +98,7 @@ class TritonPythonModel:
                         marker.write("cancelled")
                     sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
-            tokens.append(word + " ")
+            tokens.append((" " + word if tokens else word) if script else word + " ")
             if stream:
                 if "boom" in words and len(tokens) == 2:
                     error = pb_utils.TritonError("the model blew up mid-stream")
@@ -84,7 +106,7 @@ class TritonPythonModel:
                                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
                 text = tokens[-1] if exclude or len(tokens) > 1 else prompt + tokens[-1]
-                self.respond(sender, text, flags, words, 1, None, False)
+                self.respond(sender, text, flags, words, 1, None, False, tokens[-1:], len(tokens) - 1)
         if "boom" in words and not stream:
             error = pb_utils.TritonError("the model blew up")
             sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -95,4 +117,4 @@ class TritonPythonModel:
             self.respond(sender, "", flags, words, 0, reason, True)
         else:
             text = "".join(tokens) if exclude else prompt + "".join(tokens)
-            self.respond(sender, text, flags, words, len(tokens), reason, True)
+            self.respond(sender, text, flags, words, len(tokens), reason, True, tokens)

@@ -26,7 +26,7 @@ def client(base_url: str) -> openai.OpenAI:
 
 def test_models_are_listed_and_retrieved(client: openai.OpenAI) -> None:
     listed = client.models.list()
-    assert sorted(model.id for model in listed.data) == ["llm_trtllm", "llm_vllm"]
+    assert sorted(model.id for model in listed.data) == ["embedder", "llm_trtllm", "llm_vllm"]
     assert all(model.object == "model" and model.owned_by == "Triton Inference Server" for model in listed.data)
     assert client.models.retrieve("llm_vllm").id == "llm_vllm"
     with pytest.raises(openai.NotFoundError) as caught:
@@ -160,6 +160,14 @@ def test_unknown_model_malformed_json_and_unknown_path(base_url: str, client: op
     answer = httpx.post(f"{base_url}/nothing", json={}, timeout=30)
     assert answer.status_code == 404 and set(answer.json()["error"]) == {"message", "type", "param", "code"}
     assert httpx.get(f"{base_url}/chat/completions", timeout=30).status_code == 405
+
+
+def test_a_prompt_over_the_context_is_400_and_the_server_serves_on(client: openai.OpenAI, model: str) -> None:
+    with pytest.raises(openai.BadRequestError, match="do not fit the model's context of 300 tokens"):
+        client.completions.create(model=model, prompt="w " * 301)
+    with pytest.raises(openai.BadRequestError, match="context"):  # streamed: refused before the first event
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "w " * 301}], stream=True)
+    assert client.completions.create(model=model, prompt="still here").choices[0].text == "here still "
 
 
 def test_a_template_refusal_is_400(client: openai.OpenAI) -> None:

@@ -80,3 +80,31 @@ def test_contracts_are_told_apart_by_inputs() -> None:
     assert request.inputs["stop_words"].shape == (1, 2)
     with pytest.raises(OpenAIError, match="takes no 'text_input' input"):
         Contract("x", _config('input { name: "INPUT0" data_type: TYPE_FP32 dims: [1] }'))
+
+
+# ---- tool-call parsers --------------------------------------------------------------------------
+
+def test_the_mistral_parser() -> None:
+    from triton_serve_openai.tools import parse_calls
+
+    content, calls = parse_calls("mistral", 'let me look [TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, '
+                                            '{"name": "g", "arguments": {}}]')
+    assert content == "let me look "
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [("f", {"a": 1}),
+                                                                                               ("g", {})]
+    assert all(len(c["id"]) == 9 and c["id"].isalnum() and c["type"] == "function" for c in calls)
+    assert parse_calls("mistral", '[{"name": "f", "arguments": {}}]')[1][0]["function"]["name"] == "f"
+    for text in ("plain text", "[TOOL_CALLS] [{broken", "[1, 2]"):
+        assert parse_calls("mistral", text) == (text, [])
+
+
+def test_the_llama3_parser_and_what_a_stream_holds_back() -> None:
+    from triton_serve_openai.tools import might_be_calls, parse_calls
+
+    assert parse_calls("llama3", '{"name": "f", "parameters": {"x": "y"}}')[1][0]["function"] == {
+        "name": "f", "arguments": '{"x": "y"}'}
+    for text in ("hello", '{"name": "f"', '{"no": "name"}'):
+        assert parse_calls("llama3", text) == (text, [])
+    assert might_be_calls("llama3", "") and might_be_calls("llama3", "<|pyth") and might_be_calls("llama3", ' {"a')
+    assert not might_be_calls("llama3", "Hello") and not might_be_calls("mistral", "Hello")
+    assert might_be_calls("mistral", "[TOOL") and might_be_calls("mistral", "[{")

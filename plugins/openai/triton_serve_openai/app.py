@@ -1,4 +1,5 @@
-"""The ASGI app behind ``/v1/``: OpenAI's chat completions, completions and models over the data-plane seam.
+"""The ASGI app behind ``/v1/``: OpenAI's chat completions, completions, embeddings and models over the data-plane
+seam.
 
 Each choice of a request is one inference request to the model (``n`` choices and a list of prompts make several,
 run at once); streamed answers are Server-Sent Events ending in ``data: [DONE]``. A client that disconnects cancels
@@ -11,15 +12,17 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from triton_serve.frontend import DataPlaneAPI, InferenceRequest, ServerError, Status
+from triton_serve.frontend import DataPlaneAPI, InferenceRequest, ModelConfig, OpenAIOptions, ServerError, Status
 
 from . import requests as parse
-from .contract import Contract, Piece, Sampling
+from .contract import VLLM, Contract, Piece, Sampling
+from .embeddings import create_embeddings
 from .errors import OpenAIError
 from .templates import load_template
+from .tools import ToolRequest, might_be_calls, parse_calls, tool_request
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +47,15 @@ class Choice:
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    holding: bool = False  # a streamed reply held back while it may still be tool calls
+    logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # the vLLM contract's, per token
+    streamed_chars: int = 0  # text sent so far (a streamed completion's logprob offsets count from it)
+    call_id: str = ""  # a named tool's call, once its first chunk went out
 
     def add(self, piece: Piece, final: bool, max_tokens: int) -> None:
         self.text += piece.text
+        if piece.logprobs:
+            self.logprobs.extend(piece.logprobs)
         if piece.input_tokens is not None:
             self.input_tokens = piece.input_tokens
         if piece.output_tokens is not None:
@@ -61,9 +70,10 @@ class Choice:
 class OpenAIApp:
     """OpenAI's ``/v1`` API on the server's HTTP port (built once per front-end by the plugin hook)."""
 
-    def __init__(self, api: DataPlaneAPI, max_input_size: int) -> None:
+    def __init__(self, api: DataPlaneAPI, max_input_size: int, options: OpenAIOptions | None = None) -> None:
         self.api = api
         self.max_input_size = max_input_size
+        self.options = options if options is not None else OpenAIOptions()
         self.created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,8 +111,9 @@ class OpenAIApp:
             body = await self._body(scope, receive)
             await self._generate(body, path == "/v1/chat/completions", receive, send)
         elif path == "/v1/embeddings" and method == "POST":
-            await self._body(scope, receive)
-            raise OpenAIError("embeddings are not supported by this front-end yet", 501)
+            body = await self._body(scope, receive)
+            name = parse.model_name(body)
+            await _send_json(send, 200, await create_embeddings(self.api, name, await self._config(name), body))
         elif path in ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings") \
                 or path.startswith("/v1/models/"):
             raise OpenAIError(f"Method Not Allowed ({method} {path})", 405)
@@ -125,14 +136,16 @@ class OpenAIApp:
             raise _unknown_model(name)
         return self._model_card(name)
 
-    async def _contract(self, name: str) -> Contract:
+    async def _config(self, name: str) -> ModelConfig:
         try:
-            config = await self.api.model_config(name)
+            return await self.api.model_config(name)
         except ServerError as error:
             if error.status in (Status.NOT_FOUND, Status.UNAVAILABLE):
                 raise _unknown_model(name) from None
             raise
-        return Contract(name, config)
+
+    async def _contract(self, name: str) -> Contract:
+        return Contract(name, await self._config(name))
 
     # ---- generation -------------------------------------------------------------------------
 
@@ -167,22 +180,33 @@ class OpenAIApp:
 
     async def _generate(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
         generation = parse.generation(body, chat=chat)
+        tools = ToolRequest([], "none")
         if chat:
-            parse.raise_for_tools(body)
+            tools = tool_request(body, self.options.tool_call_parser)
             conversation = parse.messages(body)
         else:
             prompts = parse.prompts(body)
         contract = await self._contract(generation.model)
+        sampling = generation.sampling
         if chat:
             tokenizer = contract.config.parameters["tokenizer"].string_value \
                 if "tokenizer" in contract.config.parameters else ""
-            prompts = [load_template(tokenizer).render(conversation)]
-        sampling = generation.sampling
+            template = load_template(tokenizer)
+            if tools.template_tools and not template.supports_tools:
+                raise OpenAIError(f"model '{generation.model}' cannot call tools: its chat template reads no "
+                                  "'tools'", 400, param="tools")
+            prompts = [template.render(conversation, tools.template_tools)]
+            if tools.mode == "named":  # the model writes the named function's arguments, constrained to its schema
+                if contract.kind != VLLM and "guided_decoding_guide_type" not in contract.inputs:
+                    raise OpenAIError(f"model '{generation.model}' cannot call a named function: it has no "
+                                      "constrained decoding ('guided_decoding_guide_type' input)", 400,
+                                      param="tool_choice")
+                sampling = Sampling(**{**sampling.__dict__, "response_format": tools.guided_schema()})
         prefix = "chatcmpl" if chat else "cmpl"
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         choices = self._start(contract, prompts, sampling, generation.n, request_id)
         answer = _Answer(request_id, generation.model, chat, sampling, prompts,
-                         echo=sampling.echo and not contract.echoes)
+                         echo=sampling.echo and not contract.echoes, tools=tools)
         work = asyncio.create_task(self._answer(answer, choices, generation.include_usage, send))
         gone = asyncio.Event()
         watch = asyncio.create_task(_watch_disconnect(receive, choices, work, gone))
@@ -235,7 +259,7 @@ class _Answer:
     """Turns the choices' responses into OpenAI's answer: one JSON body, or a stream of SSE events."""
 
     def __init__(self, request_id: str, model: str, chat: bool, sampling: Sampling, prompts: list[str],
-                 echo: bool) -> None:
+                 echo: bool, tools: ToolRequest) -> None:
         self.id = request_id
         self.model = model
         self.chat = chat
@@ -243,6 +267,7 @@ class _Answer:
         self.sampling = sampling
         self.prompts = prompts
         self.echo = echo  # put the prompt in front of the text here (the model cannot)
+        self.tools = tools
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
@@ -264,24 +289,98 @@ class _Answer:
         entries = []
         for choice in choices:
             if self.chat:
-                entries.append({"index": choice.index, "message": {"role": "assistant", "content": choice.text},
-                                "logprobs": None, "finish_reason": choice.finish_reason})
+                message = self._message(choice)
+                entries.append({"index": choice.index, "message": message,
+                                "logprobs": self._logprobs(choice.logprobs, 0),
+                                "finish_reason": "tool_calls" if message.get("tool_calls") and
+                                self.tools.mode == "auto" else choice.finish_reason})
             else:
                 text = self.prompts[choice.prompt_index] + choice.text if self.echo else choice.text
-                entries.append({"index": choice.index, "text": text, "logprobs": None,
+                entries.append({"index": choice.index, "text": text,
+                                "logprobs": self._logprobs(choice.logprobs, len(text) - len(choice.text)),
                                 "finish_reason": choice.finish_reason})
         kind = "chat.completion" if self.chat else "text_completion"
         return {**self._head(kind), "choices": entries, "usage": self._usage(choices)}
 
-    def _chunk(self, choice: Choice, text: str, finish_reason: str | None, *, first: bool = False,
-               include_usage: bool = False) -> bytes:
+    def _message(self, choice: Choice) -> dict[str, Any]:
+        """A whole chat choice's message: its text, or the tool calls in it."""
+        if self.tools.mode == "named":
+            assert self.tools.function is not None
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"cmpl-{uuid.uuid4()}", "type": "function",
+                "function": {"name": self.tools.function["name"], "arguments": choice.text}}]}
+        if self.tools.mode == "auto":
+            assert self.tools.parser is not None
+            content, calls = parse_calls(self.tools.parser, choice.text)
+            if calls:
+                return {"role": "assistant", "content": content or None, "tool_calls": calls}
+        return {"role": "assistant", "content": choice.text}
+
+    def _tool_deltas(self, choice: Choice, text: str, final: bool) -> list[tuple[dict[str, Any], str | None]]:
+        """A streamed chat choice's next deltas (with their finish reasons) where tools are in play: a named
+        tool's arguments as they come; with ``auto``, the reply is held back while it may be tool calls, and sent
+        whole (as content or as calls) once it is known."""
+        reason = choice.finish_reason if final else None
+        if self.tools.mode == "named":
+            assert self.tools.function is not None
+            deltas: list[tuple[dict[str, Any], str | None]] = []
+            if not choice.call_id:
+                choice.call_id = f"cmpl-{uuid.uuid4()}"
+                deltas.append(({"tool_calls": [{"index": 0, "id": choice.call_id, "type": "function", "function": {
+                    "name": self.tools.function["name"], "arguments": ""}}]}, None))
+            if text or final:
+                deltas.append(({"tool_calls": [{"index": 0, "function": {"arguments": text}}]} if text else {},
+                               reason))
+            return deltas
+        if not choice.holding:
+            return [({"content": text}, reason)] if text or final else []
+        assert self.tools.parser is not None
+        if not final and might_be_calls(self.tools.parser, choice.text):
+            return []
+        choice.holding = False
+        if not final:
+            return [({"content": choice.text}, None)]
+        content, calls = parse_calls(self.tools.parser, choice.text)
+        if not calls:
+            return [({"content": choice.text}, reason)]
+        delta: dict[str, Any] = {"tool_calls": [{"index": index, **call} for index, call in enumerate(calls)]}
+        if content:
+            delta["content"] = content
+        return [(delta, "tool_calls")]
+
+    def _logprobs(self, entries: list[dict[str, dict[str, Any]]], offset: int) -> dict[str, Any] | None:
+        """OpenAI's logprobs for tokens the model reported them for (None unless asked for): chat's ``content``
+        list, or completions' ``tokens``, ``token_logprobs``, ``top_logprobs`` and ``text_offset`` (counted
+        from ``offset``). The selected token is the one of lowest rank, as in Triton's front-end."""
+        if self.sampling.logprobs is None:
+            return None
+        ranked = [sorted(entry.values(), key=lambda item: item.get("rank", 1 << 62)) for entry in entries]
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
-            entry: dict[str, Any] = {"index": choice.index, "delta": delta, "logprobs": None,
+            return {"content": [{
+                "token": tokens[0]["decoded_token"], "logprob": tokens[0]["logprob"],
+                "bytes": list(tokens[0]["decoded_token"].encode()),
+                "top_logprobs": [{"token": token["decoded_token"], "logprob": token["logprob"],
+                                  "bytes": list(token["decoded_token"].encode())} for token in tokens]}
+                for tokens in ranked]}
+        offsets = []
+        for tokens in ranked:
+            offsets.append(offset)
+            offset += len(tokens[0]["decoded_token"])
+        return {"text_offset": offsets, "token_logprobs": [tokens[0]["logprob"] for tokens in ranked],
+                "tokens": [tokens[0]["decoded_token"] for tokens in ranked],
+                "top_logprobs": [{token["decoded_token"]: token["logprob"] for token in tokens} for tokens in ranked]}
+
+    def _chunk(self, choice: Choice, text: str, finish_reason: str | None, *, first: bool = False,
+               include_usage: bool = False, delta: dict[str, Any] | None = None,
+               logprobs: dict[str, Any] | None = None) -> bytes:
+        if self.chat:
+            if delta is None:
+                delta = {"role": "assistant", "content": text} if first else {"content": text}
+            entry: dict[str, Any] = {"index": choice.index, "delta": delta, "logprobs": logprobs,
                                      "finish_reason": finish_reason}
             doc = {**self._head("chat.completion.chunk"), "choices": [entry]}
         else:
-            entry = {"index": choice.index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            entry = {"index": choice.index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
             doc = {**self._head("text_completion"), "choices": [entry]}
         if include_usage:
             doc["usage"] = None
@@ -309,6 +408,8 @@ class _Answer:
                 for choice in choices:
                     yield self._chunk(choice, "", None, first=True, include_usage=include_usage)
             started: set[int] = set()
+            for choice in choices:
+                choice.holding = self.tools.mode == "auto"
             open_choices = len(choices)
             while open_choices:
                 choice, piece, final, error = item if item is not None else await queue.get()
@@ -323,9 +424,15 @@ class _Answer:
                 if self.echo and choice.index not in started:
                     text = self.prompts[choice.prompt_index] + text
                 started.add(choice.index)
-                if text or final:
+                if self.chat and self.tools.mode != "none":
+                    for delta, reason in self._tool_deltas(choice, text, final):
+                        yield self._chunk(choice, "", reason, include_usage=include_usage, delta=delta)
+                elif text or final:
+                    logprobs = self._logprobs(piece.logprobs or [], choice.streamed_chars + len(text) -
+                                              len(piece.text)) if piece.logprobs else None
+                    choice.streamed_chars += len(text)
                     yield self._chunk(choice, text, choice.finish_reason if final else None,
-                                      include_usage=include_usage)
+                                      include_usage=include_usage, logprobs=logprobs)
                 if final:
                     open_choices -= 1
             if include_usage:

@@ -34,6 +34,7 @@ class Sampling:
     stop: list[str] = field(default_factory=list)
     echo: bool = False
     response_format: dict[str, Any] | None = None  # {"type": "json_object"} or {"type": "json_schema", ...}
+    logprobs: int | None = None  # how many top logprobs per token (vLLM's ``logprobs``); None: none asked for
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Piece:
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # the vLLM backend's ``logprobs`` output: per new token, {token id: {"logprob", "rank", "decoded_token"}}
+    logprobs: list[dict[str, dict[str, Any]]] | None = None
 
 
 class Contract:
@@ -72,6 +75,9 @@ class Contract:
     def request(self, prompt: str, sampling: Sampling, request_id: str) -> InferenceRequest:
         """The inference request that asks the model to continue ``prompt``."""
         values: dict[str, list[Any]] = {"text_input": [prompt.encode()], "stream": [sampling.stream]}
+        if sampling.logprobs is not None:
+            self._check_logprobs()
+            values["return_logprobs"] = [True]
         if self.kind == VLLM:
             values["sampling_parameters"] = [json.dumps(self._sampling_parameters(sampling)).encode()]
             values["exclude_input_in_output"] = [not sampling.echo]
@@ -106,24 +112,22 @@ class Contract:
                 parameters[name] = value
         if sampling.stop:
             parameters["stop"] = sampling.stop
-        if sampling.response_format is not None:
+        if sampling.logprobs is not None:
+            parameters["logprobs"] = sampling.logprobs
+        if sampling.response_format is not None:  # vLLM's StructuredOutputsParams, as a JSON string
             guide_type, guide = _guide(sampling.response_format)
             guided = {"json_object": True} if guide is None else {"json": json.loads(guide)}
-            parameters["guided_decoding"] = json.dumps(guided)
+            parameters["structured_outputs"] = json.dumps(guided)
         return parameters
 
+    def _check_logprobs(self) -> None:
+        """Logprobs follow the vLLM backend's contract: a ``return_logprobs`` input and a ``logprobs`` output."""
+        if self.kind != VLLM or "return_logprobs" not in self.inputs or "logprobs" not in self.outputs:
+            raise OpenAIError(f"model '{self.name}' cannot return logprobs: it has no 'return_logprobs' input and "
+                              "'logprobs' output (the vLLM backend's contract)", 400, param="logprobs")
+
     def _tensor(self, spec: ModelInput, items: list[Any]) -> Tensor:
-        tensor_type = datatype_of_config(spec.data_type)
-        if tensor_type.name == "BYTES":
-            data = np.array([item if isinstance(item, bytes) else str(item).encode() for item in items],
-                            dtype=np.object_)
-        else:
-            data = np.array(items, dtype=tensor_type.numpy)
-        dims = list(spec.dims) or [1]
-        shape = [1] * (len(dims) - 1) + [len(items)]
-        if self.config.max_batch_size > 0:
-            shape.insert(0, 1)
-        return Tensor(spec.name, tensor_type.name, tuple(shape), data.reshape(shape))
+        return input_tensor(self.config, spec, items)
 
     @staticmethod
     def piece(response: InferenceResponse) -> Piece:
@@ -134,7 +138,41 @@ class Contract:
             piece.finish_reason = "length" if reason == "length" else "stop"
         piece.input_tokens = _count(response, "num_input_tokens")
         piece.output_tokens = _count(response, "num_output_tokens")
+        logprobs = _string(response, "logprobs")
+        if logprobs and logprobs != "null":
+            try:
+                decoded = json.loads(logprobs)
+            except ValueError:
+                decoded = None
+            if isinstance(decoded, list):
+                piece.logprobs = [entry for entry in decoded if isinstance(entry, dict) and entry]
         return piece
+
+
+def input_tensor(config: ModelConfig, spec: ModelInput, items: list[Any]) -> Tensor:
+    """``items`` as the input ``spec`` of a model with ``config`` takes them (a batching model gets a batch
+    dimension of 1)."""
+    tensor_type = datatype_of_config(spec.data_type)
+    if tensor_type.name == "BYTES":
+        data = np.array([item if isinstance(item, bytes) else str(item).encode() for item in items],
+                        dtype=np.object_)
+    else:
+        data = np.array(items, dtype=tensor_type.numpy)
+    dims = list(spec.dims) or [1]
+    shape = [1] * (len(dims) - 1) + [len(items)]
+    if config.max_batch_size > 0:
+        shape.insert(0, 1)
+    return Tensor(spec.name, tensor_type.name, tuple(shape), data.reshape(shape))
+
+
+def output_string(response: InferenceResponse, name: str) -> str | None:
+    """The first element of a BYTES output, as text (None when the response has no such output)."""
+    return _string(response, name)
+
+
+def output_count(response: InferenceResponse, name: str) -> int | None:
+    """The first element of an integer output (None when the response has no such output)."""
+    return _count(response, name)
 
 
 def _guide(response_format: dict[str, Any]) -> tuple[str, str | None]:

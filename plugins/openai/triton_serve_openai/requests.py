@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import Sampling
-from .errors import OpenAIError, bad_field
+from .errors import bad_field
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 DEFAULT_MAX_TOKENS = 16  # Triton's --default-max-tokens
@@ -83,11 +83,7 @@ def generation(body: dict[str, Any], *, chat: bool) -> Generation:
         if not isinstance(options, dict):
             raise bad_field("stream_options", "'stream_options' must be an object")
     include_usage = _boolean(options or {}, "include_usage")
-    if chat:
-        if body.get("logprobs") or body.get("top_logprobs"):
-            raise bad_field("logprobs", "logprobs are not available: the model contracts return no logprobs")
-    elif body.get("logprobs"):
-        raise bad_field("logprobs", "logprobs are not available: the model contracts return no logprobs")
+    logprobs = _logprobs(body, chat=chat)
     if body.get("logit_bias"):
         raise bad_field("logit_bias", "logit bias is not currently supported")
     user = body.get("user")
@@ -99,9 +95,25 @@ def generation(body: dict[str, Any], *, chat: bool) -> Generation:
         presence_penalty=_number(body, "presence_penalty", -2, 2),
         frequency_penalty=_number(body, "frequency_penalty", -2, 2),
         seed=_integer(body, "seed", 0, (1 << 63) - 1), stop=stops,
-        echo=False if chat else _boolean(body, "echo"), response_format=_response_format(body.get("response_format")))
+        echo=False if chat else _boolean(body, "echo"), response_format=_response_format(body.get("response_format")),
+        logprobs=logprobs)
     n = _integer(body, "n", 1, MAX_N)
     return Generation(model_name(body), sampling, n or 1, include_usage)
+
+
+def _logprobs(body: dict[str, Any], *, chat: bool) -> int | None:
+    """How many top logprobs per token the request asks for (None: no logprobs), as Triton's front-end reads
+    OpenAI's fields: chat's ``logprobs`` (a boolean) with ``top_logprobs`` (0-20, default 1), completions'
+    ``logprobs`` (0-5; 0 asks for none)."""
+    if not chat:
+        count = _integer(body, "logprobs", 0, 5)
+        return count if count else None
+    top = _integer(body, "top_logprobs", 0, 20)
+    if not _boolean(body, "logprobs"):
+        if top is not None:
+            raise bad_field("top_logprobs", "`top_logprobs` can only be used when `logprobs` is True")
+        return None
+    return 1 if top is None else top
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:
@@ -166,7 +178,3 @@ def prompts(body: dict[str, Any]) -> list[str]:
     raise bad_field("prompt", "'prompt' must be a string or a non-empty list of strings (token ids are not "
                     "supported)")
 
-
-def raise_for_tools(body: dict[str, Any]) -> None:
-    if body.get("tools") or body.get("tool_choice") not in (None, "none"):
-        raise OpenAIError("tool calling is not supported by this front-end yet", 400, param="tools")

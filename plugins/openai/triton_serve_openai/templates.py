@@ -53,6 +53,7 @@ class ChatTemplate:
             raise OpenAIError(f"the chat template does not compile: {error}", 500) from None
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.supports_tools = "tools" in source  # the template reads the request's tools
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """The prompt for ``messages`` followed by the assistant's turn; a template's ``raise_exception``
