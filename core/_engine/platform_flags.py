@@ -94,6 +94,6 @@ def check_port_collisions(args: argparse.Namespace, platforms: PlatformOptions) 
             if safe is not None and not safe[0] <= other[2] <= safe[1]:
                 raise ServerError(f"The server cannot listen to {other[0]} requests at port {other[2]}, "
                                   f"allowed port range is [{safe[0]}, {safe[1]}]")
-            if port == other[2]:
+            if port == other[2] and port != 0:  # 0: each listener gets a free port of its own
                 raise ServerError(f"The server cannot listen to {name} requests and {other[0]} requests at the "
                                   f"same address and port {address}:{port}")
