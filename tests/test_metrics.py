@@ -239,6 +239,8 @@ def test_histograms_for_every_model_with_custom_buckets(add_model, toy_server) -
     assert value(text, "nv_inference_request_histogram_us_sum") == pytest.approx(
         value(text, "nv_inference_request_duration_us"), abs=3)
     assert kinds["nv_inference_first_response_histogram_ms"] == "histogram"
+    # Every model's first response since Triton 2.65 (decoupled models only before).
+    assert value(text, "nv_inference_first_response_histogram_ms_count") == 4
 
 
 def test_first_response_histogram_of_a_decoupled_model(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
@@ -253,6 +255,7 @@ def test_first_response_histogram_of_a_decoupled_model(add_model, toy_server) ->
         client.stop_stream()
     text = scrape(server)
     assert value(text, "nv_inference_first_response_histogram_ms_count", "repeat") == 1
+    assert float(value(text, "nv_inference_first_response_histogram_ms_sum", "repeat")).is_integer()  # whole ms
     les = {dict(labels)["le"] for (sample, labels) in samples(text)
            if sample == "nv_inference_first_response_histogram_ms_bucket"}
     assert les == {"100", "500", "2000", "5000", "+Inf"}

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
 from triton_serve._engine.frontends import FrontendOptions
-from triton_serve._engine.header_forwarding import forward_pattern_regex
+from triton_serve._engine.header_forwarding import HeaderForwarder, forward_pattern_regex
 from triton_serve._engine.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
 from triton_serve._engine.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
                                      parse_restrictions, restrict_http)
@@ -267,6 +267,32 @@ def test_grpc_forwarded_metadata_reaches_the_model_and_honours_case(server: Runn
         client.close()
     assert parameters["key1"] == "value1"
     assert {k: v for k, v in parameters.items() if "header" in k} == {"my_header_1": "my_value_1"}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_forwarding_a_reserved_name_fails_the_request(server: RunningServer, protocol: str) -> None:
+    """Triton 2.69: a header the pattern would forward under a name Triton reserves (here one starting with
+    "triton_", which the partial match of my_header.* finds) fails the request with INVALID_ARG."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    try:
+        key = dict(HTTP_INFER_KEY if protocol == "http" else GRPC_INFER_KEY)
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("echo", _inputs(module), headers={**key, "triton_my_header": "x"})
+        assert raised.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+        assert "Header 'triton_my_header' is reserved for Triton usage and cannot be forwarded." in str(raised.value)
+        client.infer("echo", _inputs(module), headers={**key, "my_header_1": "fine"})  # the next one is served
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("name", ["sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
+                                  "binary_data_output", "triton_anything"])
+def test_reserved_names_are_never_forwarded(name: str) -> None:
+    forwarder = HeaderForwarder("", "--http-header-forward-pattern")
+    with pytest.raises(ServerError, match=f"Header '{name}' is reserved for Triton usage"):
+        forwarder.matching([("x-other", "1"), (name, "2")])
+    assert forwarder.matching([("sequence_ids", "1")]) == {"sequence_ids": "1"}
 
 
 @pytest.mark.parametrize(("pattern", "name", "forwarded"), [

@@ -615,3 +615,23 @@ def _ready(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/v2/health/ready").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_allow_client_shm_false_refuses_registration(add_model: Callable[..., Path], toy_server: Callable[..., Any],
+                                                      protocol: str, segment: Callable[[int], Segment]) -> None:
+    """--allow-client-shm=false (Triton 2.69): every register and unregister, system and CUDA, gets Triton's
+    UNSUPPORTED error (HTTP 501, gRPC UNIMPLEMENTED); status still answers, with nothing registered."""
+    add_model("add_sub", ADD_SUB)
+    api = Api(protocol, toy_server(allow_client_shm=False))
+    try:
+        disabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        region = segment(TENSOR_BYTES)
+        api.fails(Status.UNSUPPORTED, disabled, api.register, "refused", region.key, TENSOR_BYTES)
+        api.fails(Status.UNSUPPORTED, disabled, api.unregister, "refused")
+        api.fails(Status.UNSUPPORTED, disabled, api.unregister)
+        handle = base64.b64encode(bytes(64))  # HTTP wants it encoded; either way the server refuses first
+        api.fails(Status.UNSUPPORTED, disabled, api.client.register_cuda_shared_memory, "gpu", handle, 0, 8)
+        api.fails(Status.UNSUPPORTED, disabled, api.client.unregister_cuda_shared_memory, "gpu")
+        assert api.status() == {}
+    finally:
+        api.close()

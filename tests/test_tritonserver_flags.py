@@ -44,6 +44,7 @@ TRITON_COMMAND_LINE = [
     "--host-policy=numa0,numa-node=0", "--model-load-gpu-limit=0:0.9", "--strict-model-config=false",
     "--trace-file=/tmp/t.json", "--trace-level=OFF", "--trace-rate=1000", "--trace-count=-1",
     "--trace-log-frequency=0",
+    "--grpc-infer-thread-count=4",  # Triton 2.57
 ]
 
 
@@ -62,6 +63,17 @@ def test_a_triton_command_line_parses_and_names_each_ignored_flag(caplog: pytest
     assert len(warned) == len(IGNORED_FLAGS)  # one line per flag
     for (_group, name, _metavar, _why), line in zip(IGNORED_FLAGS, warned):
         assert line.startswith(f"{name} is accepted for tritonserver compatibility but has no effect: ")
+
+
+def test_allow_client_shm_keeps_2_51s_default_and_thread_count_checks_tritons_range() -> None:
+    parser = build_parser()
+    assert options_from_args(parser.parse_args([])).allow_client_shm is True
+    assert options_from_args(parser.parse_args(["--allow-client-shm=false"])).allow_client_shm is False
+    assert options_from_args(parser.parse_args(["--allow-client-shm"])).allow_client_shm is True
+    for bad in ("1", "129", "two"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--grpc-infer-thread-count={bad}"])
+    assert parser.parse_args(["--grpc-infer-thread-count=128"]).grpc_infer_thread_count == "128"
 
 
 def test_help_groups_flags_as_tritonserver_does() -> None:

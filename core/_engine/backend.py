@@ -101,6 +101,13 @@ class ModelInstance(ABC):
         """Event loop: why ``is_ready()`` is False (shown in the repository index and in request errors)."""
         return "instance is not ready"
 
+    async def check_ready(self) -> bool:
+        """Event loop: the model-ready check of ``/v2/models/{model}/ready`` (gRPC ``ModelReady``), and strict
+        server readiness, ask every instance of a ready version for which ``is_ready()`` holds; the version reads
+        ready only if all answer True (Triton's ``TRITONBACKEND_ModelInstanceReady``). Ask the framework here (a
+        Python model's ``is_ready()``); answer promptly: the client waits."""
+        return True
+
 
 class Model(ABC):
     """One loaded version of one model, made by ``Backend.create_model``: what its instances share.

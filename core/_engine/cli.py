@@ -17,6 +17,7 @@ from .metrics import MetricsConfig, parse_metrics_config
 from .options import describe_options
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
 from .header_forwarding import forward_pattern_regex
+from .openai_listener import add_openai_flags, openai_options_from_args
 from .platform_flags import add_platform_flags, platform_options_from_args
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
@@ -44,6 +45,19 @@ def _keyed_options(text: str) -> tuple[str, dict[str, str]]:
             raise argparse.ArgumentTypeError(f"expected <name>,<key>=<value>, got '{text}'")
         options[key] = value
     return name, options
+
+
+def _one_cache(flags: list[tuple[str, dict[str, str]]]) -> tuple[str, dict[str, str]] | None:
+    """Every --cache-config flag's keys merged, as Triton gathers them per cache; they must name one cache."""
+    if not flags:
+        return None
+    names = list(dict.fromkeys(name for name, _ in flags))
+    if len(names) > 1:
+        raise ServerError(f"--cache-config names caches {', '.join(repr(n) for n in names)}: one cache at a time")
+    merged: dict[str, str] = {}
+    for _, options in flags:
+        merged.update(options)
+    return names[0], merged
 
 
 def _backend_config(text: str) -> tuple[str, dict[str, str]]:
@@ -94,10 +108,11 @@ def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
 IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Model Repository", "--model-load-thread-count", "<integer>", "models load concurrently on one event loop"),
     ("Model Repository", "--model-load-retry-count", "<integer>", "a failed load is not retried"),
-    ("Model Repository", "--model-namespacing", "<boolean>", "model namespacing is not implemented"),
     ("Model Repository", "--enable-peer-access", "<boolean>", "no CUDA peer access is set up"),
     ("HTTP", "--http-thread-count", "<integer>", "use --frontend-processes to serve on more cores"),
     ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
+    ("GRPC", "--grpc-infer-thread-count", "<integer>",  # Triton 2.57
+     "grpc.aio runs every call on the event loop; use --frontend-processes to serve on more cores"),
     ("Sagemaker", "--sagemaker-thread-count", "<integer>", "the SageMaker listener runs on the event loop"),
     ("Vertex", "--vertex-ai-thread-count", "<integer>", "the Vertex AI listener runs on the event loop"),
     ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
@@ -112,6 +127,22 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("Memory and devices", "--host-policy", "<string>,<string>=<string>", "host policies are not supported"),
     ("Memory and devices", "--model-load-gpu-limit", "<device_id>:<fraction>", "GPU memory is not limited"),
 ]
+
+
+def _grpc_infer_threads(text: str) -> str:
+    """--grpc-infer-thread-count, refused outside Triton's range as Triton refuses it."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 2 <= count <= 128:
+        raise argparse.ArgumentTypeError("invalid argument for --grpc_infer_thread_count. Must be in the range "
+                                         "2 to 128.")
+    return text
+
+
+# The accepted-with-a-warning flags whose value is still checked as tritonserver checks it.
+_IGNORED_TYPES = {"--grpc-infer-thread-count": _grpc_infer_threads}
 # Flags only triton-serve has.
 OWN_GROUP = "triton-serve"
 # The help's groups, in tritonserver --help's order, then ours.
@@ -149,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     repo("--load-model", dest="load_models", action="append", default=[],
          help="model to load at start-up in explicit mode ('*' for all; repeatable)")
     repo("--model-config-name", default="")
+    repo("--model-namespacing", type=_bool, nargs="?", const=True, default=False, metavar="<boolean>",
+         help="let several model repositories hold models of one name (a request naming such a model alone "
+              "is ambiguous; an ensemble uses its own repository's)")
     for proto, title, port in (("http", "HTTP", 8000), ("grpc", "GRPC", 8001), ("metrics", "Metrics", 8002)):
         add = group(title).add_argument
         add(f"--allow-{proto}", type=_bool, nargs="?", const=True, default=True)
@@ -159,7 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
                 help="let other processes bind the same port (SO_REUSEPORT)")
     _add_grpc_flags(group("GRPC"))
     add_platform_flags(parser, group("Sagemaker"), group("Vertex"), _bool)
+    add_openai_flags(group(OWN_GROUP))
     _add_access_flags(group("HTTP"), group("GRPC"))
+    group("Memory and devices").add_argument(
+        "--allow-client-shm", type=_bool, nargs="?", const=True, default=True, metavar="<boolean>",
+        help="let clients register and unregister system and CUDA shared-memory regions (default true, as "
+             "Triton 2.51; Triton 2.69 turned it off by default)")
     metrics = group("Metrics").add_argument
     metrics("--allow-gpu-metrics", type=_bool, nargs="?", const=True, default=True,
             help="GPU metrics through nvidia-ml-py, where it is installed and a GPU is present (default true)")
@@ -174,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend-config", action="append", default=[], type=_backend_config,
         help="<backend>,<setting>=<value> for one backend, or <setting>=<value> for every backend (repeatable)")
     cache = group("Response Cache").add_argument
-    cache("--cache-config", type=_keyed_options, default=None, help="<cache>,<key>=<value>, e.g. local,size=1048576")
+    cache("--cache-config", type=_keyed_options, action="append", default=[],
+          help="<cache>,<key>=<value>, e.g. local,size=1048576; repeat it for more keys, as Triton")
     limiter = group("Rate Limiter").add_argument
     limiter("--rate-limit", choices=["off", "execution_count"], default="off",
             help="execution_count: instances run only while they hold their rate_limiter resources")
@@ -186,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     deprecated("--response-cache-byte-size", type=int, default=None,
                help="the same as --cache-config=local,size=<value>")
     for title, name, metavar, why in IGNORED_FLAGS:
-        group(title).add_argument(name, metavar=metavar, default=None, help=f"accepted, no effect: {why}")
+        group(title).add_argument(name, metavar=metavar, default=None, type=_IGNORED_TYPES.get(name, str),
+                                  help=f"accepted, no effect: {why}")
     own = group(OWN_GROUP).add_argument
     own("--http-server", choices=list(HTTP_SERVERS), default="uvicorn",
         help="the HTTP/1.1 server: uvicorn with httptools (default, fastest) or hypercorn (also serves HTTP/2)")
@@ -295,7 +336,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     backend_config: dict[str, dict[str, str]] = {}
     for name, options in args.backend_config:
         backend_config.setdefault(name, {}).update(options)
-    cache_config = args.cache_config
+    cache_config = _one_cache(args.cache_config)
     if cache_config is None and args.response_cache_byte_size:
         cache_config = ("local", {"size": str(args.response_cache_byte_size)})
     return ServerOptions(
@@ -324,9 +365,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
                                                      "--http-header-forward-pattern"),
         grpc_header_forward_pattern=_forward_pattern(args.grpc_header_forward_pattern,
                                                      "--grpc-header-forward-pattern"),
+        allow_client_shm=args.allow_client_shm, model_namespacing=args.model_namespacing,
         trace_config=trace_config_from_args(args),
         rate_limit=args.rate_limit, rate_limit_resources=dict(args.rate_limit_resources),
-        platforms=platform_options_from_args(args))
+        platforms=platform_options_from_args(args), openai=openai_options_from_args(args))
 
 
 def _metrics_interval(value: float) -> float:

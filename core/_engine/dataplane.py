@@ -1,6 +1,7 @@
 """The protocol-neutral data plane: every HTTP and gRPC handler calls these methods."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -51,6 +52,7 @@ class DataPlane:
         self.strict_readiness = strict_readiness
         self.extensions = extensions if extensions is not None else []
         self.cache = cache
+        self._fetches: set[asyncio.Task[None]] = set()  # a remote cache's lookups in flight
         self.shared_memory = SharedMemoryRegistry()
         self.is_live = True
         self.accepting = True
@@ -63,22 +65,22 @@ class DataPlane:
     async def server_ready(self) -> bool:
         if not (self.is_live and self.accepting):
             return False
-        return self.repository.is_ready() if self.strict_readiness else True
+        return await self.repository.check_ready() if self.strict_readiness else True
 
     async def server_metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": __version__, "extensions": list(self.extensions)}
 
     async def model_ready(self, name: str, version: int | None = None) -> bool:
         try:
-            self.repository.get_version(name, version)
+            found = self.repository.get_version(name, version)
         except ServerError:
             return False
-        return True
+        return await found.check_ready()
 
     async def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
         found = self.repository.get_version(name, version)
         config = found.config
-        model = self.repository.models[name]
+        model = self.repository.record(name)
         batch = [-1] if config.max_batch_size > 0 else []
 
         def describe(tensors: Any) -> list[dict[str, Any]]:
@@ -124,38 +126,73 @@ class DataPlane:
         try:
             route.validate(request)
             key = self._cache_key(found, request) if self.cache is not None and route.cacheable else None
+            cached = None
             if key is not None:
+                if self.cache.remote:  # type: ignore[union-attr]
+                    task = asyncio.get_running_loop().create_task(self._fetch_then_start(found, request, key, lease))
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
+                    return
                 started = time.monotonic_ns()
                 cached = self.cache.lookup(key)  # type: ignore[union-attr]
                 stats.record_cache(cached is not None, time.monotonic_ns() - started)
-                if cached is not None:
-                    if lease is not None:
-                        cached = lease.write_outputs(cached)
-                        lease.release()
-                    stats.record_end(request.arrival_ns, cached.error is None)
-                    if request.trace is not None:
-                        request.trace.responded(None, True)
-                    request.send(cached)
-                    return
-            if found.scheduler is None:
-                raise internal(f"model '{request.model_name}' version {found.version} has no scheduler")
-            request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key, lease))
-            request.enqueued_ns = time.monotonic_ns()
-            if request.trace is not None:
-                request.trace.queued(request)
-            found.scheduler.enqueue(request)
-            stats.enqueued += 1
+            self._start(found, request, key, lease, cached)
         except Exception as error:
-            failure = error if isinstance(error, ServerError) else unexpected(error)
-            if failure is not error:  # a bug in a scheduler, the cache or the checks
-                log.error("model '%s' could not take a request", request.model_name, exc_info=error)
-            if failure.status is not Status.UNAVAILABLE:  # the scheduler refused it (full queue): Triton counts nothing
-                stats.record_end(request.arrival_ns, False, failure_reason(failure.status, in_backend=False))
+            raise self._refused(found, request, lease, error) from None
+
+    def _start(self, found: ModelVersion, request: InferenceRequest, key: str | None,
+               lease: SharedMemoryLease | None, cached: InferenceResponse | None) -> None:
+        """Answer ``request`` with the ``cached`` response, or queue it for its model (a miss stores the response
+        under ``key``). Raises what the scheduler raises."""
+        if cached is not None:
             if lease is not None:
+                cached = lease.write_outputs(cached)
                 lease.release()
+            found.stats.record_end(request.arrival_ns, cached.error is None)
             if request.trace is not None:
                 request.trace.responded(None, True)
-            raise failure from None
+            request.send(cached)
+            return
+        if found.scheduler is None:
+            raise internal(f"model '{request.model_name}' version {found.version} has no scheduler")
+        request.set_filter(_ResponseFinisher(found, self.cache if key is not None else None, key, lease))
+        request.enqueued_ns = time.monotonic_ns()
+        if request.trace is not None:
+            request.trace.queued(request)
+        found.scheduler.enqueue(request)
+        found.stats.enqueued += 1
+
+    def _refused(self, found: ModelVersion, request: InferenceRequest, lease: SharedMemoryLease | None,
+                 error: Exception) -> ServerError:
+        """Account for a request that could not start, and the error to answer it with."""
+        failure = error if isinstance(error, ServerError) else unexpected(error)
+        if failure is not error:  # a bug in a scheduler, the cache or the checks
+            log.error("model '%s' could not take a request", request.model_name, exc_info=error)
+        if failure.status is not Status.UNAVAILABLE:  # the scheduler refused it (full queue): Triton counts nothing
+            found.stats.record_end(request.arrival_ns, False, failure_reason(failure.status, in_backend=False))
+        if lease is not None:
+            lease.release()
+        if request.trace is not None:
+            request.trace.responded(None, True)
+        return failure
+
+    async def _fetch_then_start(self, found: ModelVersion, request: InferenceRequest, key: str,
+                                lease: SharedMemoryLease | None) -> None:
+        """A remote cache's lookup, then the hit or the queue. The request has already started for its front-end,
+        so a refusal (a full queue) becomes its error response."""
+        started = time.monotonic_ns()
+        try:
+            cached = await self.cache.fetch(key)  # type: ignore[union-attr]
+        except Exception as error:  # the cache broke its promise not to raise: run uncached
+            log.error("the response cache failed a lookup", exc_info=error)
+            cached = None
+        found.stats.record_cache(cached is not None, time.monotonic_ns() - started)
+        try:
+            self._start(found, request, key, lease, cached)
+        except Exception as error:
+            failure = self._refused(found, request, lease, error)
+            request.set_filter(_unfiltered)  # not the finisher: the refusal is accounted for
+            request.fail(failure)
 
     def _cache_key(self, found: ModelVersion, request: InferenceRequest) -> str:
         digest = hashlib.sha256(f"{request.model_name}\0{found.version}".encode())
@@ -175,9 +212,9 @@ class DataPlane:
         if not name:
             if version is not None:
                 raise ServerError("statistics for a model version need the model name")
-            return [found.stats.as_dict(model_name, found.version)
-                    for model_name in sorted(self.repository.models)
-                    for found in self._versions_with_stats(model_name)]
+            return [found.stats.as_dict(self.repository.models[key].name, found.version)
+                    for key in sorted(self.repository.models)
+                    for found in self._versions_with_stats(key)]
         if version is not None:
             found = self.repository.get_version(name, version)
             return [found.stats.as_dict(name, found.version)]
@@ -185,7 +222,7 @@ class DataPlane:
         return [found.stats.as_dict(name, found.version) for found in self._versions_with_stats(name)]
 
     def _versions_with_stats(self, name: str) -> list[ModelVersion]:
-        model = self.repository.models[name]
+        model = self.repository.record(name)
         return sorted((v for v in model.versions.values() if v.is_ready()), key=lambda v: v.version)
 
     # ---- shared memory ----------------------------------------------------------------------
@@ -266,6 +303,11 @@ def failure_reason(status: Status, *, in_backend: bool) -> str:
     return "BACKEND" if in_backend else "OTHER"
 
 
+def _unfiltered(request: InferenceRequest, response: InferenceResponse | None,
+                final: bool) -> InferenceResponse | None:
+    return response
+
+
 class _ResponseFinisher:
     """Between a backend's ``send`` and the consumer: shape outputs, fill the cache, write outputs into
     shared memory, record statistics; the final response releases the request's regions."""
@@ -280,9 +322,10 @@ class _ResponseFinisher:
         self.lease = lease
         self.ok = True
         self.reason = "OTHER"  # why it failed, once ok is False
-        # A decoupled model's time to first response goes to a histogram when histograms are on.
+        # Each model's time to first response goes to a histogram when histograms are on (every model since
+        # Triton 2.65; decoupled ones only in 2.52 to 2.64).
         latency = found.stats.latency
-        self.first = found.route.decoupled and latency is not None and latency.histograms is not None
+        self.first = latency is not None and latency.histograms is not None
 
     def __call__(self, request: InferenceRequest, response: InferenceResponse | None,
                  final: bool) -> InferenceResponse | None:

@@ -7,6 +7,11 @@ from collections.abc import Iterable
 
 from .errors import ServerError
 
+# The request-parameter names Triton keeps for itself (besides every name starting with "triton_"): from
+# Triton 2.69 a header or metadata entry that would be forwarded under one of them fails the request.
+RESERVED_PARAMETER_KEYS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+                                     "headers", "binary_data_output"})
+
 # An RE2 flag group that sets or clears flags until its enclosing group ends, such as "(?-i)".
 _BARE_FLAGS = re.compile(r"\(\?([imsU]+(?:-[imsU]*)?|-[imsU]+)\)")
 
@@ -74,9 +79,13 @@ class HeaderForwarder:
 
     def matching(self, headers: Iterable[tuple[str, str | bytes]]) -> dict[str, str]:
         """Name -> value of each matching header (binary gRPC metadata as latin-1 text; the last of a
-        repeated name wins)."""
-        return {name: value if isinstance(value, str) else value.decode("latin-1")
-                for name, value in headers if self._search(name)}
+        repeated name wins). A matching name that Triton reserves is an INVALID_ARG error, as in Triton 2.69."""
+        forwarded = {name: value if isinstance(value, str) else value.decode("latin-1")
+                     for name, value in headers if self._search(name)}
+        for name in forwarded:
+            if name in RESERVED_PARAMETER_KEYS or name.startswith("triton_"):
+                raise ServerError(f"Header '{name}' is reserved for Triton usage and cannot be forwarded.")
+        return forwarded
 
 
 def header_forwarder(pattern: str | None, flag: str) -> HeaderForwarder | None:

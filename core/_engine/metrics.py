@@ -171,7 +171,7 @@ _HISTOGRAMS = (
     ("nv_inference_compute_histogram_us",
      "Histogram of inference compute durations (input + infer + output) in microseconds", "compute"),
 )
-_Version = tuple[dict[str, str], ModelStats, bool, bool]
+_Version = tuple[dict[str, str], ModelStats, bool]  # labels, statistics, whether the response cache serves it
 FIRST_RESPONSE_HISTOGRAM = ("nv_inference_first_response_histogram_ms",
                             "Duration from request to first response in milliseconds")
 
@@ -191,15 +191,15 @@ class TritonCollector(Collector):
         self.system = system
 
     def _versions(self) -> list[_Version]:
-        """(labels, stats, decoupled, cached) of every ready version."""
+        """(labels, stats, cached) of every ready version."""
         found = []
         for name in sorted(self.repository.models):
             model = self.repository.models[name]
             for version in sorted(model.versions.values(), key=lambda v: v.version):
                 if version.is_ready():
-                    labels = {"model": name, "version": str(version.version)}
+                    labels = {"model": model.name, "version": str(version.version)}
                     route = version.route
-                    found.append((labels, version.stats, route.decoupled, self.cache_enabled and route.cacheable))
+                    found.append((labels, version.stats, self.cache_enabled and route.cacheable))
         return found
 
     def collect(self) -> Iterator[Metric]:
@@ -208,7 +208,7 @@ class TritonCollector(Collector):
         pending = Metric("nv_inference_pending_request_count",
                          "Instantaneous number of pending requests awaiting execution per-model.", "gauge")
         load = Metric("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
-        for labels, stats, _, _ in versions:
+        for labels, stats, _ in versions:
             pending.add_sample(pending.name, labels, stats.pending)
             load.add_sample(load.name, labels, stats.load_seconds)
         yield pending
@@ -229,7 +229,7 @@ class TritonCollector(Collector):
                        "counter")
         executions = Metric("nv_inference_exec_count",
                             "Number of model executions performed (does not include cached requests)", "counter")
-        for labels, stats, _, _ in versions:
+        for labels, stats, _ in versions:
             success.add_sample(success.name, labels, stats.success.count)
             for reason in FAILURE_REASONS:
                 failure.add_sample(failure.name, {"model": labels["model"], "reason": reason,
@@ -241,13 +241,13 @@ class TritonCollector(Collector):
             return
         for name, help_text, attribute in _COUNTERS:
             metric = Metric(name, help_text, "counter")
-            for labels, stats, _, _ in versions:
+            for labels, stats, _ in versions:
                 metric.add_sample(name, labels, _us(getattr(stats, attribute).ns))
             yield metric
         if any(cached for *_, cached in versions):
             for name, help_text, attribute, duration in _CACHE_COUNTERS:
                 metric = Metric(name, help_text, "counter")
-                for labels, stats, _, cached in versions:
+                for labels, stats, cached in versions:
                     if not cached:
                         continue
                     total = getattr(stats, attribute)
@@ -259,7 +259,7 @@ class TritonCollector(Collector):
         now = time.monotonic_ns()
         for name, help_text, kind in _SUMMARIES + _CACHE_SUMMARIES:
             metric = Metric(name, help_text, "summary")
-            for labels, stats, _, cached in versions:
+            for labels, stats, cached in versions:
                 if stats.latency is None or stats.latency.summaries is None:
                     continue
                 # As Triton: cache summaries only where the cache is on, and there no request summary.
@@ -276,9 +276,9 @@ class TritonCollector(Collector):
     def _histograms(self, versions: list[_Version]) -> Iterator[Metric]:
         name, help_text = FIRST_RESPONSE_HISTOGRAM
         yield self._histogram(name, help_text, "first_response",
-                              [(labels, stats) for labels, stats, decoupled, _ in versions if decoupled])
+                              [(labels, stats) for labels, stats, _ in versions])
         for name, help_text, kind in _HISTOGRAMS:
-            yield self._histogram(name, help_text, kind, [(labels, stats) for labels, stats, _, _ in versions])
+            yield self._histogram(name, help_text, kind, [(labels, stats) for labels, stats, _ in versions])
 
     @staticmethod
     def _histogram(name: str, help_text: str, kind: str, versions: list[tuple[dict[str, str], ModelStats]]) -> Metric:

@@ -47,7 +47,7 @@ class RepositoryPoller:
         """One pass: compare the repositories with what is loaded and apply the differences."""
         repository = self.repository
         names = set(await repository.model_names())
-        removed = [name for name in repository.models if name not in names]
+        removed = await repository.departed(names)
         candidates = sorted(names)
         changed = await asyncio.gather(*(repository.is_changed(name) for name in candidates))
         to_load = [name for name, is_changed in zip(candidates, changed) if is_changed]

@@ -73,6 +73,15 @@ class ModelVersion:
                 return True
         return not self.instances
 
+    async def check_ready(self) -> bool:
+        """``is_ready()``, and the own check of every instance that can serve (Triton's model-ready endpoint asks
+        every instance; an instance that is down is routed around here, as ``is_ready()`` says)."""
+        if not self.is_ready():
+            return False
+        answers = await asyncio.gather(*(instance.check_ready() for instance in self.instances if instance.is_ready()),
+                                       return_exceptions=True)
+        return all(answer is True for answer in answers)
+
     def not_ready_reason(self) -> str:
         """Why a loaded version cannot serve right now (its instances are down), or its load failure."""
         if self.state is VersionState.READY:
@@ -85,6 +94,7 @@ class Model:
     """Everything known about one model name: its versions, or why it could not load at all."""
 
     name: str
+    key: str = ""  # its key in ModelRepository.models: the name, or '<repository>::<name>' (namespaced)
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     error: str = ""
     wanted: bool = True  # False after an explicit unload: not counted for server readiness
@@ -93,6 +103,9 @@ class Model:
     private_dir: Path | None = None  # the override files' directory, removed when this record retires
     reload_error: str = ""  # why the last reload failed while these versions kept serving
     agents: AgentChain | None = None  # this load's model_repository_agents, told of its load and unload
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.name
 
     def latest_ready(self) -> ModelVersion | None:
         latest = None
@@ -130,6 +143,14 @@ class RepositoryOptions:
     drain_timeout_s: float = 30.0  # how long unload waits for in-flight requests before unloading anyway
     rate_limiter: RateLimiter | None = None  # shared by every model; None: no rate limiting
     latency: LatencySettings | None = None  # per-request latency distributions (--metrics-config); None: none
+    model_namespacing: bool = False  # --model-namespacing: each repository's models keyed apart
+
+
+def namespaced(namespace: str, name: str) -> str:
+    """The key of model ``name`` of the repository at ``namespace`` under --model-namespacing, as Triton
+    writes a model identifier ('<namespace>::<name>'); no namespace: the name. An ensemble step whose
+    ``model_namespace`` is set reaches its model by this key."""
+    return f"{namespace}::{name}" if namespace else name
 
 
 class ModelRepository:
@@ -140,7 +161,9 @@ class ModelRepository:
         self.sources = sources
         self.plugins = plugins
         self.options = options or RepositoryOptions()
-        self.models: dict[str, Model] = {}
+        self.models: dict[str, Model] = {}  # by key: the name, or namespaced(location, name)
+        self.namespacing = self.options.model_namespacing
+        self._keys: dict[str, set[str]] = {}  # namespacing: name -> the keys of its records
         # Requests from models and schedulers to other models (the data plane binds it).
         self.client = InferenceClient(configs=lambda name, version: self.get_version(name, version).config)
         auto_complete = not (self.options.strict_model_config or self.options.disable_auto_complete_config)
@@ -193,11 +216,56 @@ class ModelRepository:
 
     async def is_changed(self, name: str) -> bool:
         """Whether ``name``'s files differ from those its current record was loaded from (poll mode)."""
+        if self.namespacing:
+            found = await self._holding(name, self.sources)
+            records = [self.models.get(self._key(source, name)) for source in found]
+            prints = [await self._fingerprint(name, [source]) for source in found]
+            return not found or any(m is None or p != m.fingerprint for m, p in zip(records, prints))
         model = self.models.get(name)
         if model is None:
             return True
         found = await self._holding(name, self.sources)
         return not found or await self._fingerprint(name, found) != model.fingerprint
+
+    def _key(self, source: RepositorySource, name: str) -> str:
+        return namespaced(source.location, name) if self.namespacing else name
+
+    def _put(self, model: Model) -> None:
+        self.models[model.key] = model
+        if self.namespacing:
+            self._keys.setdefault(model.name, set()).add(model.key)
+
+    def _pop(self, key: str) -> Model | None:
+        model = self.models.pop(key, None)
+        if model is not None and self.namespacing:
+            self._keys.get(model.name, set()).discard(model.key)
+        return model
+
+    def resolve(self, name: str) -> str:
+        """The key of the record a request's model name means: the name itself (or a namespaced key), or under
+        --model-namespacing the one record of that name; a name several repositories hold is ambiguous
+        (Triton's INVALID_ARG). An unknown name is returned as it is."""
+        if name in self.models or not self.namespacing:
+            return name
+        keys = self._keys.get(name, ())
+        if len(keys) > 1:
+            raise ServerError(f"There are {len(keys)} identifiers of model '{name}' in global map, model "
+                              "namespace must be provided to resolve ambiguity.")
+        return next(iter(keys), name)
+
+    def record(self, name: str) -> Model:
+        """The record of the model a request names (``get_version`` found it)."""
+        return self.models[self.resolve(name)]
+
+    async def departed(self, names: Collection[str]) -> list[str]:
+        """Poll mode: the keys of the records whose model left the repositories (``names``: the models they
+        hold now); under --model-namespacing also those whose own repository no longer holds it."""
+        gone = [key for key, model in self.models.items() if model.name not in names]
+        if self.namespacing:
+            kept = [model for model in self.models.values() if model.name in names and model.source is not None]
+            held = await asyncio.gather(*(model.source.exists(model.name) for model in kept if model.source))
+            gone += [model.key for model, there in zip(kept, held) if not there]
+        return gone
 
     # ---- dependencies -----------------------------------------------------------------------
 
@@ -226,6 +294,8 @@ class ModelRepository:
     def get_version(self, name: str, version: int | None = None) -> ModelVersion:
         """The version a request goes to (the latest READY one when ``version`` is None)."""
         model = self.models.get(name)
+        if model is None and self.namespacing:
+            model = self.models.get(self.resolve(name))
         if model is None or (not model.versions and not model.error):
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version is None:
@@ -251,12 +321,25 @@ class ModelRepository:
         """Every model that should be loaded is ready (Triton's strict readiness)."""
         return all(model.is_ready() for model in self.models.values() if model.wanted)
 
+    async def check_ready(self) -> bool:
+        """``is_ready()``, and every version's own check (Triton 2.67's strict readiness asks each model)."""
+        if not self.is_ready():
+            return False
+        versions = [v for model in self.models.values() if model.wanted for v in model.versions.values()]
+        return all(await asyncio.gather(*(version.check_ready() for version in versions)))
+
     async def index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
         """Triton's repository index: one entry per model version, plus models never loaded; the
         models of the repositories named ``repository`` only, when given."""
         entries: list[dict[str, str]] = []
-        for name in await self.model_names(self.sources_named(repository)):
-            model = self.models.get(name)
+        if self.namespacing:  # one entry set per repository holding the name
+            sources = self.sources_named(repository)
+            listed = await asyncio.gather(*(source.list_models() for source in sources))
+            keyed = sorted((name, self._key(source, name)) for source, names in zip(sources, listed) for name in names)
+        else:
+            keyed = [(name, name) for name in await self.model_names(self.sources_named(repository))]
+        for name, key in keyed:
+            model = self.models.get(key)
             if model is None:
                 if not ready_only:
                     entries.append({"name": name})
@@ -286,19 +369,31 @@ class ModelRepository:
         ``reload_error`` says why. Loading a fully ready, unchanged model again does nothing, as in
         Triton. Returns this load's record, whose ``failure()`` says what failed; raises only for an
         unknown model or repository, or a name that is not one folder name (``check_model_name``).
-        ``explicit`` is False when an ensemble loads the model it uses."""
+        ``explicit`` is False when an ensemble loads the model it uses. Under --model-namespacing each
+        repository holding ``name`` loads its own record; the one returned is the first that failed, if any."""
         check_model_name(name)
+        if not self.namespacing or (override is not None and override.files):
+            return await self._load(name, name, None, override, repository, explicit)
+        sources = await self._locate(name, self.sources_named(repository))
+        loaded = await asyncio.gather(*(self._load(self._key(source, name), name, [source], override, repository,
+                                                   explicit) for source in sources))
+        return next((model for model in loaded if model.failure()), loaded[0])
+
+    async def _load(self, key: str, name: str, sources: list[RepositorySource] | None,
+                    override: LoadOverride | None, repository: str, explicit: bool) -> Model:
+        """``load`` of the record ``key`` (``sources``: where it is; None: find it)."""
         if explicit:
-            self._explicit.add(name)
-        async with self._lock(name):
-            previous = self.models.get(name)
-            sources: list[RepositorySource] = []
-            if override is None or not override.files:
-                sources = await self._locate(name, self.sources_named(repository))
+            self._explicit.add(key)
+        async with self._lock(key):
+            previous = self.models.get(key)
+            if sources is None:
+                sources = []
+                if override is None or not override.files:
+                    sources = await self._locate(name, self.sources_named(repository))
             fingerprint = await self._fingerprint(name, sources) if sources else ""
             if override is None and previous is not None and _unchanged(previous, fingerprint):
                 return previous
-            model = Model(name, source=sources[0] if len(sources) == 1 else None, fingerprint=fingerprint)
+            model = Model(name, key, source=sources[0] if len(sources) == 1 else None, fingerprint=fingerprint)
             try:
                 model_dir, config, available = await self._read(model, sources, override)
                 model_dir = await self._run_load_agents(model, model_dir, config)
@@ -306,7 +401,7 @@ class ModelRepository:
                 config, backend, versions = await asyncio.to_thread(self.preparer.prepare, name, model_dir, config,
                                                                     available)
                 if config.HasField("ensemble_scheduling"):
-                    await self._load_composing(name, config)
+                    await self._load_composing(model, config)
             except ServerError as error:
                 model.error = error.message
                 if model.agents is not None:
@@ -319,14 +414,14 @@ class ModelRepository:
                 model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
             keep_previous = previous is not None and previous.is_serving()
             if not keep_previous:
-                self.models[name] = model  # the index shows it LOADING
+                self._put(model)  # the index shows it LOADING
             await asyncio.gather(*(self._load_version(backend, v) for v in model.versions.values()))
             if model.agents is not None:
                 await (model.agents.load_fail() if model.failure() else model.agents.load_complete())
             if keep_previous and model.failure():
                 await self._reject(previous, model)
                 return model
-            self.models[name] = model
+            self._put(model)
             if previous is not None:
                 await self._retire(previous)
             return model
@@ -370,7 +465,7 @@ class ModelRepository:
             previous.fingerprint = model.fingerprint  # poll mode retries once the files change again
             await self._retire(model)
             return
-        self.models[model.name] = model
+        self._put(model)
         if previous is not None:
             await self._retire(previous)
         if model.private_dir is not None and not model.versions:
@@ -385,13 +480,22 @@ class ModelRepository:
             await asyncio.to_thread(remove_model_dir, model.private_dir)
             model.private_dir = None
 
-    async def _load_composing(self, name: str, config: ModelConfig) -> None:
+    async def _load_composing(self, ensemble: Model, config: ModelConfig) -> None:
         """Load the models an ensemble's steps use that are not loaded yet (as Triton does), and
-        record them as its dependencies; raise with Triton's words when one is missing or fails."""
-        steps = config.ensemble_scheduling.step
-        used = sorted({step.model_name for step in steps})
-        for model in used:
-            check_model_name(model)
+        record them as its dependencies; raise with Triton's words when one is missing or fails.
+        Under --model-namespacing a step's model is the one of the ensemble's repository, else the only
+        one of its name; the step's ``model_namespace`` then says which."""
+        name, steps = ensemble.key, config.ensemble_scheduling.step
+        for step in steps:
+            check_model_name(step.model_name)
+        if self.namespacing:
+            where = await self._step_models(ensemble, sorted({step.model_name for step in steps}))
+            for step in steps:
+                step.model_namespace = where[step.model_name].location
+            keys = {step.model_name: self._key(where[step.model_name], step.model_name) for step in steps}
+        else:
+            keys = {step.model_name: step.model_name for step in steps}
+        used = sorted(set(keys.values()))
         circular = [model for model in used if model == name or model in self.dependents(name)
                     or name in self._awaited_through(model)]
         if circular:
@@ -400,25 +504,49 @@ class ModelRepository:
         unloaded = [model for model in used if not (model in self.models and self.models[model].is_serving())]
         self._awaiting[name] = frozenset(unloaded)  # before any await: the next ensemble's check sees it
         try:
-            held = await asyncio.gather(*(self._holding(model, self.sources) for model in unloaded))
-            missing = [model for model, sources in zip(unloaded, held) if not sources]
-            if missing:
-                raise ServerError(f"ensemble {name} contains models that are not available or ambiguous: "
-                                  + ", ".join(missing))
-            loaded = await asyncio.gather(*(self.load(model, explicit=False) for model in unloaded))
+            if self.namespacing:
+                names = {key: step_name for step_name, key in keys.items()}
+                loaded = await asyncio.gather(*(self._load(key, names[key], [where[names[key]]], None, "", False)
+                                                for key in unloaded))
+            else:
+                held = await asyncio.gather(*(self._holding(model, self.sources) for model in unloaded))
+                missing = [model for model, sources in zip(unloaded, held) if not sources]
+                if missing:
+                    raise ServerError(f"ensemble {name} contains models that are not available or ambiguous: "
+                                      + ", ".join(missing))
+                loaded = await asyncio.gather(*(self.load(model, explicit=False) for model in unloaded))
         finally:
             del self._awaiting[name]
         for model, record in zip(unloaded, loaded):
             if not record.is_serving():
-                raise ServerError(f"ensemble '{name}' depends on '{model}' which has no loaded version. Model "
-                                  f"'{model}' loading failed with error: {record.failure()}")
+                raise ServerError(f"ensemble '{name}' depends on '{record.name}' which has no loaded version. "
+                                  f"Model '{record.name}' loading failed with error: {record.failure()}")
         for step in steps:
-            record = self.models[step.model_name]
+            record = self.models[keys[step.model_name]]
             version = record.versions.get(step.model_version)
             if step.model_version != -1 and (version is None or version.state is not VersionState.READY):
                 raise ServerError(f"ensemble '{name}' depends on '{step.model_name}' whose required version "
                                   f"{step.model_version} is not loaded.")
         self.declare_dependencies(name, used)
+
+    async def _step_models(self, ensemble: Model, names: list[str]) -> dict[str, RepositorySource]:
+        """--model-namespacing: the repository whose model each step name means, as Triton picks it: the
+        ensemble's own repository when it holds one, else the only repository that does."""
+        where: dict[str, RepositorySource] = {}
+        missing = []
+        for step_name in names:
+            if ensemble.source is not None and await ensemble.source.exists(step_name):
+                where[step_name] = ensemble.source
+                continue
+            held = await self._holding(step_name, self.sources)
+            if len(held) == 1:
+                where[step_name] = held[0]
+            else:
+                missing.append(step_name)
+        if missing:
+            raise ServerError(f"ensemble {ensemble.key} contains models that are not available or ambiguous: "
+                              + ", ".join(missing))
+        return where
 
     def _awaited_through(self, model: str) -> set[str]:
         """The models whose loads ``model``'s load waits for, directly or through other ensembles
@@ -469,11 +597,19 @@ class ModelRepository:
         non-empty ``repository`` must name the repository the model was loaded from."""
         check_model_name(name)
         sources = self.sources_named(repository)
-        await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(name)))
-        self._explicit.discard(name)
-        await self._unload_model(name, sources, repository)
-        if unload_dependents:
-            await self._unload_unused(name)
+        targets = [(name, sources)]
+        if self.namespacing:  # the model of that name in each of ``sources``, loaded or not
+            held = await self._locate(name, sources) if not self._keys.get(name) else sources
+            targets = [(self._key(source, name), [source]) for source in held
+                       if self._key(source, name) in self.models or not self._keys.get(name)]
+            if not targets:
+                raise not_found(f"model '{name}' was not loaded from model repository '{repository}'")
+        for key, where in targets:
+            await asyncio.gather(*(self._unload_model(dependent) for dependent in self.dependents(key)))
+            self._explicit.discard(key)
+            await self._unload_model(key, where, repository, name)
+            if unload_dependents:
+                await self._unload_unused(key)
 
     async def _unload_unused(self, name: str) -> None:
         """Unload, recursively, the models ``name`` uses that were loaded only for the models using them
@@ -485,26 +621,29 @@ class ModelRepository:
             await self._unload_model(used)
             await self._unload_unused(used)
 
-    async def _unload_model(self, name: str, sources: list[RepositorySource] | None = None,
-                            repository: str = "") -> None:
-        """Unload ``name``; a name never loaded must be in ``sources`` (None: it is a no-op)."""
-        async with self._lock(name):
-            model = self.models.get(name)
+    async def _unload_model(self, key: str, sources: list[RepositorySource] | None = None,
+                            repository: str = "", name: str = "") -> None:
+        """Unload record ``key`` (of model ``name``, by default the key); a model never loaded must be in
+        ``sources`` (None: it is a no-op)."""
+        name = name or key
+        async with self._lock(key):
+            model = self.models.get(key)
             if model is None:
                 if sources is None:
                     return
                 await self._locate(name, sources)  # an unknown model is an error; a known, unloaded one is a no-op
-                self.models[name] = model = Model(name)
+                model = Model(name, key)
+                self._put(model)
             elif repository and sources is not None and model.source not in sources:
                 raise not_found(f"model '{name}' was not loaded from model repository '{repository}'")
             model.wanted = False
             model.reload_error = ""
             await self._retire(model)
 
-    async def remove(self, name: str) -> None:
-        """Unload ``name`` and forget it (poll mode: its directory left the repository)."""
-        async with self._lock(name):
-            model = self.models.pop(name, None)
+    async def remove(self, key: str) -> None:
+        """Unload record ``key`` and forget it (poll mode: its directory left the repository)."""
+        async with self._lock(key):
+            model = self._pop(key)
             if model is not None:
                 await self._retire(model)
 

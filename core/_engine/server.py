@@ -18,6 +18,7 @@ from .http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
+from .openai_listener import OpenAIOptions
 from .platforms.listeners import PlatformOptions
 from .pluginhost import PluginHost
 from .polling import RepositoryPoller
@@ -87,10 +88,13 @@ class ServerOptions:
     grpc_restricted_protocol: Restrictions = field(default_factory=dict)
     http_header_forward_pattern: str | None = None  # None: no header becomes a request parameter
     grpc_header_forward_pattern: str | None = None
+    model_namespacing: bool = False  # --model-namespacing: repositories may hold models of one name
+    allow_client_shm: bool = True  # --allow-client-shm (Triton 2.69, whose default is false): 2.51 allowed it
     # --log-*: what /v2/logging reports at start; the CLI applies them to the process (apply_log_settings)
     log_settings: LogSettings = field(default_factory=LogSettings)
     trace_config: TraceConfig = field(default_factory=TraceConfig)  # --trace-config (docs/tracing.md)
     platforms: PlatformOptions = field(default_factory=PlatformOptions)  # --allow-sagemaker, --allow-vertex-ai
+    openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port, --openai-restricted-api
 
     def frontend_options(self) -> FrontendOptions:
         """The part of these options the HTTP and gRPC front-end processes need."""
@@ -102,7 +106,8 @@ class ServerOptions:
             reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port,
             http_restricted_api=self.http_restricted_api, grpc_restricted_protocol=self.grpc_restricted_protocol,
             http_header_forward_pattern=self.http_header_forward_pattern,
-            grpc_header_forward_pattern=self.grpc_header_forward_pattern, platforms=self.platforms)
+            grpc_header_forward_pattern=self.grpc_header_forward_pattern, platforms=self.platforms,
+            openai=self.openai)
 
 
 class Server:
@@ -119,7 +124,8 @@ class Server:
             disable_auto_complete_config=options.disable_auto_complete_config,
             model_config_name=options.model_config_name, drain_timeout_s=options.exit_timeout_secs,
             rate_limiter=RateLimiter(options.rate_limit == "execution_count", options.rate_limit_resources),
-            latency=options.metrics_config.latency_settings() if options.allow_metrics else None))
+            latency=options.metrics_config.latency_settings() if options.allow_metrics else None,
+            model_namespacing=options.model_namespacing))
         extensions = CORE_EXTENSIONS + [extension for kind, extension in SCHEDULER_EXTENSIONS.items()
                                         if self.plugins.schedulers.get(kind) is not None]
         self.dataplane = DataPlane(self.repository, strict_readiness=options.strict_readiness,
@@ -128,6 +134,7 @@ class Server:
                                    log_control=LogControl(options.log_settings),
                                    tracer=Tracer(options.trace_config))
         self.dataplane.accepting = False  # not ready until every front-end serves
+        self.dataplane.shared_memory.allow_client = options.allow_client_shm
         self.frontends: Frontends | FrontendPool | None = None
         self.metrics: MetricsEndpoint | None = None
         if options.allow_metrics:
@@ -163,7 +170,8 @@ class Server:
                 self.metrics = None
                 await self.repository.shutdown()
                 raise
-        if not (options.allow_http or options.allow_grpc or options.platforms.any_on):
+        if not (options.allow_http or options.allow_grpc or options.platforms.any_on
+                or options.openai.port is not None):
             self.dataplane.accepting = True
             self._start_polling()
             return
@@ -223,6 +231,8 @@ class Server:
         if self.poller is not None:
             await self.poller.stop()
         await self.repository.shutdown()
+        if self.dataplane.cache is not None:
+            await self.dataplane.cache.close()
         self.dataplane.shared_memory.close()
         await self.dataplane.tracer.close()
         self.dataplane.is_live = False

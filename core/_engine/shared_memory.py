@@ -17,6 +17,9 @@ CUDA = "cuda"
 # Where Linux keeps POSIX shared-memory objects: shm_open("/key") opens SHM_DIRECTORY/key.
 SHM_DIRECTORY = "/dev/shm"
 _KIND_TEXT = {SYSTEM: "system", CUDA: "CUDA"}
+# Triton's answer (UNSUPPORTED: HTTP 501, gRPC UNIMPLEMENTED) to a register or unregister under
+# --allow-client-shm=false
+CLIENT_SHM_DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 
 
 class Region(ABC):
@@ -144,14 +147,22 @@ class SharedMemoryRegistry:
     Lives in the model owner; front-end processes reach it through the data plane.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allow_client: bool = True) -> None:
         self._regions: dict[str, Region] = {}
+        # --allow-client-shm (Triton 2.69): false refuses every register and unregister
+        self.allow_client = allow_client
+
+    def _check_allowed(self) -> None:
+        if not self.allow_client:
+            raise ServerError(CLIENT_SHM_DISABLED, Status.UNSUPPORTED)
 
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self._check_allowed()
         self._check_new(name)
         self._add(SystemRegion(name, key, offset, byte_size))
 
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        self._check_allowed()
         self._check_new(name)
         from .cuda_memory import CudaRegion  # imports no CUDA library until a region is registered
         self._add(CudaRegion(name, raw_handle, device_id, byte_size))
@@ -195,6 +206,7 @@ class SharedMemoryRegistry:
         as in Triton. A region that a request in flight uses stays registered, and the call fails with
         Triton 2.51's INTERNAL error once the others are gone: the side that loses the race gets the error
         (a request arriving after the unregister does not find the region)."""
+        self._check_allowed()
         names = sorted(n for n, r in self._regions.items() if r.kind == kind and (not name or n == name))
         busy = [n for n in names if self._regions[n].users]
         for free in names:

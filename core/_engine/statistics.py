@@ -167,7 +167,8 @@ class LatencyRecorder:
         if self.histograms is not None:
             histogram = self.histograms.get(kind)
             if histogram is not None:
-                histogram.observe(ns / (1_000_000 if kind == "first_response" else 1000), count)
+                # Triton observes the first response in whole milliseconds (integer nanoseconds / 10^6).
+                histogram.observe(ns // 1_000_000 if kind == "first_response" else ns / 1000, count)
 
 
 class ModelStats:

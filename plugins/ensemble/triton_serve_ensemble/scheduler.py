@@ -9,7 +9,7 @@ import time
 from triton_serve.plugin import (ComputeTiming, InferenceRequest, InferenceResponse, ModelConfig, ModelContext,
                                  Scheduler, ServerError, Status, Tensor)
 
-from .steps import SequenceFields, Slot, StepGraph, response_parameters
+from .steps import SequenceFields, Slot, StepGraph, response_parameters, step_model
 from .validation import check_scheduling, check_steps
 
 
@@ -46,7 +46,7 @@ class EnsembleScheduler(Scheduler):
         composing = {}
         for step in self.graph.steps:
             version = None if step.model_version == -1 else step.model_version
-            composing[step.model_name] = client.model_config(step.model_name, version)
+            composing[step.model_name] = client.model_config(step_model(step), version)
         decoupled = check_steps(config, composing)
         config.model_transaction_policy.decoupled = decoupled
         self.decoupled_steps = {index for index, step in enumerate(self.graph.steps)

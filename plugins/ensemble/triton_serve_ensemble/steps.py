@@ -4,7 +4,7 @@ ensemble tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelConfig, RequestedOutput, ServerError,
                                  Status, Tensor)
@@ -118,7 +118,7 @@ class StepGraph:
             if sequence is None:
                 sequence = slot.sequence
         step_request = InferenceRequest(
-            step.model_name, None if step.model_version == -1 else step.model_version, id=request.id,
+            step_model(step), None if step.model_version == -1 else step.model_version, id=request.id,
             inputs=inputs, outputs=[RequestedOutput(name) for name in self._outputs[index]],
             parameters={k: v for k, v in request.parameters.items() if k not in _FIELD_PARAMETERS})
         step_request.priority = request.priority
@@ -147,6 +147,13 @@ class StepGraph:
         if not self.batching or not request.inputs:
             return 1
         return max(1, next(iter(request.inputs.values())).shape[0])
+
+
+def step_model(step: Any) -> str:
+    """The model name a step's requests go to: with --model-namespacing the server sets the step's
+    ``model_namespace`` (the repository it resolved the step to) and the model goes by
+    '<namespace>::<name>', as Triton writes a model identifier."""
+    return f"{step.model_namespace}::{step.model_name}" if step.model_namespace else str(step.model_name)
 
 
 def _response_sequence(response: InferenceResponse, sequence: SequenceFields) -> SequenceFields:

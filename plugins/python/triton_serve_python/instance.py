@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("triton_serve_python")
 START_ATTEMPTS = 3  # worker processes tried before a load fails for a worker that dies before it starts
+READINESS_TIMEOUT_S = 5.0  # as Triton: an is_ready() that takes longer reads "not ready" for that check
 
 
 class PythonModelInstance(ModelInstance):
@@ -84,6 +85,17 @@ class PythonModelInstance(ModelInstance):
 
     def is_ready(self) -> bool:
         return self._worker is not None and self._worker.running
+
+    async def check_ready(self) -> bool:
+        """The model's own ``is_ready()``, where it defines one (Triton 26.03's user-defined readiness check)."""
+        worker = self._worker
+        if worker is None or not worker.running:
+            return False
+        ready, error = await worker.user_ready(READINESS_TIMEOUT_S)
+        if not ready:
+            log.debug("Model '%s' is not ready: %s", self.model.spec.name,
+                      error or "user-defined check failed")
+        return ready
 
     def not_ready_reason(self) -> str:
         return f"python backend worker for {self.label} {self._not_running}"

@@ -33,7 +33,7 @@ _READ_SIZE = 64 * 1024  # bytes read from a worker's socket at a time
 # RESULT frame, so several such batches can be on their way to the worker at once (the worker runs them in
 # order); a larger one goes through the arenas, alone.
 INLINE_LIMIT = 64 * 1024
-_ANSWERS = frozenset({Kind.STARTED, Kind.READY, Kind.FAILED, Kind.RESULT, Kind.FINALIZED})
+_ANSWERS = frozenset({Kind.STARTED, Kind.READY, Kind.FAILED, Kind.RESULT, Kind.FINALIZED, Kind.READINESS})
 _MODEL_LOCATION = re.compile(r"([^\s:\]]+):(\d+)\] (.*)", re.S)  # pb_utils.Logger's "model.py:12] message"
 
 
@@ -118,6 +118,8 @@ class WorkerProcess:
         self._through_arena = False  # a batch that uses the arenas is on its way
         self._kill_reason = ""
         self._ready = False
+        self.has_is_ready = False  # the model defines is_ready(), which each readiness check asks
+        self._readiness: asyncio.Future[tuple[bool, str | None]] | None = None  # the check on its way
         self._stopping = False
         self.exit_description: str | None = None
         self._metrics = WorkerMetrics()
@@ -163,6 +165,7 @@ class WorkerProcess:
             message, trace = body
             log.error("failed to initialize %s:\n%s", self.label, trace)
             raise ServerError(f"failed to initialize {self.label}: {message}", Status.INTERNAL)
+        self.has_is_ready = bool(body)
         self._ready = True
 
     async def _launch(self) -> asyncio.Future[Message]:
@@ -359,6 +362,32 @@ class WorkerProcess:
         old.release()
         self._arenas[direction] = arena
         return arena.name
+
+    # ---- readiness ------------------------------------------------------------------------------
+
+    async def user_ready(self, timeout: float) -> tuple[bool, str | None]:
+        """The model's ``is_ready()`` (True without one), or False and why: it raised, returned no bool, took
+        over ``timeout`` seconds (the worker answers after the batches before it), or the worker is down.
+        Checks that come while one is on its way share its answer, as in Triton."""
+        if not self.has_is_ready:
+            return True, None
+        if self._readiness is None:
+            self._readiness = asyncio.ensure_future(self._ask_ready())
+            self._readiness.add_done_callback(self._readiness_done)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._readiness), timeout)
+        except asyncio.TimeoutError:
+            return False, "Timed out waiting for user-defined is_ready() response"
+
+    async def _ask_ready(self) -> tuple[bool, str | None]:
+        try:
+            _kind, (ready, error) = await self._call(Kind.IS_READY, None, 0, "is_ready")
+        except WorkerFailure as failure:
+            return False, f"python backend worker for {self.label} {failure}"
+        return bool(ready), error
+
+    def _readiness_done(self, _future: asyncio.Future[tuple[bool, str | None]]) -> None:
+        self._readiness = None
 
     # ---- requests -------------------------------------------------------------------------------
 

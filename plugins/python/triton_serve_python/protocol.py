@@ -33,7 +33,7 @@ class Kind(IntEnum):
     FINALIZE = 4  # None
     # worker -> server
     STARTED = 5  # None: the process is up and waits for INIT
-    READY = 6  # None
+    READY = 6  # whether the model defines is_ready()
     FAILED = 7  # (message, traceback text)
     # (BatchError or None, [ResponseTuple or None, ...] or None, outputs' bytes or None, (start ns, end ns) or None);
     # a response None: answered through a sender; bytes None: the outputs are in the output arena
@@ -48,6 +48,10 @@ class Kind(IntEnum):
     PART = 15  # (call id, item): one item of a streaming call's result, before its REPLY
     # worker -> server
     RESPONSE = 16  # (request key, InlineResponse or None, final): a response sender's response
+    # server -> worker
+    IS_READY = 17  # None: run the model's is_ready() (Triton's user-defined readiness check)
+    # worker -> server
+    READINESS = 18  # (ready, error text or None): what is_ready() returned, or why it failed
 
 
 _KINDS = {kind.value: kind for kind in Kind}  # a dict lookup is several times faster than Kind(code)

@@ -104,6 +104,20 @@ class ModelRunner:
         if hasattr(self.model, "initialize"):
             self._call(self.model.initialize, args)
 
+    @property
+    def has_is_ready(self) -> bool:
+        return callable(getattr(self.model, "is_ready", None))
+
+    def is_ready(self) -> tuple[bool, str | None]:
+        """The model's ``is_ready()`` (sync or async), or (False, why) where it raises or returns no bool."""
+        try:
+            ready = self._call(self.model.is_ready)
+        except Exception as error:
+            return False, f"{type(error).__name__}: {error}"
+        if not isinstance(ready, bool):
+            return False, "is_ready() must return a boolean value"
+        return ready, None
+
     def finalize(self) -> None:
         try:
             if hasattr(self.model, "finalize"):

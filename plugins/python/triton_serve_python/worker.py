@@ -105,6 +105,8 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
                                                + traceback.format_exc())))
             channel.send(encode(Kind.FINALIZED))
             return 0
+        elif kind == Kind.IS_READY:
+            channel.send(encode(Kind.READINESS, runner.is_ready()))
 
 
 def main(argv: list[str]) -> int:
@@ -129,7 +131,7 @@ def main(argv: list[str]) -> int:
     except Exception as error:
         channel.send(encode(Kind.FAILED, (f"{type(error).__name__}: {error}", traceback.format_exc())))
         return 1
-    channel.send(encode(Kind.READY))
+    channel.send(encode(Kind.READY, runner.has_is_ready))
     return serve(channel, runner, arenas)
 
 

@@ -1,4 +1,5 @@
-"""The ``pytorch`` backend (platform ``pytorch_libtorch``): TorchScript ``model.pt`` and exported ``model.pt2``.
+"""The ``pytorch`` backend (platforms ``pytorch_libtorch``: TorchScript ``model.pt`` and exported ``model.pt2``;
+``torch_aoti``: AOTInductor packages ``model.pt2``).
 
 torch is imported only once a model is served (the modules that need it are imported inside the
 methods), so that a server without torch still starts and ``unavailable_reason`` can say why.
@@ -23,7 +24,7 @@ class PyTorchBackend(Backend):
     """
 
     name = "pytorch"
-    platforms = ("pytorch_libtorch",)
+    platforms = ("pytorch_libtorch", "torch_aoti")
     default_model_filename = "model.pt"
     other_model_filenames = ("model.pt2",)
     instance_kinds = ("CPU", "GPU", "MODEL")
@@ -46,9 +47,12 @@ class PyTorchBackend(Backend):
         """Exported programs describe their tensors: fill inputs, outputs and max_batch_size from them.
         TorchScript models do not (nor does Triton fill them): their config must list the tensors."""
         from .exported_config import fill_config
-        from .modelfile import EXPORTED_SUFFIX, describe_exported, error_summary, model_file, read_exported_program
+        from .modelfile import (AOTI_PLATFORM, EXPORTED_SUFFIX, describe_exported, error_summary, model_file,
+                                read_exported_program)
 
         path = model_file(model)
+        if model.config.platform == AOTI_PLATFORM:  # as Triton: the config lists an AOTInductor package's tensors
+            return
         if path.suffix != EXPORTED_SUFFIX or not path.is_file() or (model.config.input and model.config.output):
             return
         try:

@@ -11,7 +11,8 @@ from triton_serve.plugin import DataType, FrameworkInstance, InstanceSpec, Serve
 
 from .datatypes import to_array, to_tensor, torch_dtype
 from .exported_config import check_config
-from .modelfile import ExportedModel, LoadedModel, TorchScriptModel, error_summary, load_model
+from .modelfile import (AOTI_PLATFORM, AotiModel, ExportedModel, LoadedModel, TorchScriptModel, error_summary,
+                        load_model)
 from .naming import bind_inputs, bind_outputs
 from .options import TorchModelOptions
 
@@ -39,9 +40,11 @@ class PyTorchModelInstance(FrameworkInstance):
 
     def open(self) -> None:
         path, name, config = self.model.path, self.model_name, self.model.spec.config
-        kind = "an exported program" if path.suffix == ".pt2" else "TorchScript"
+        aoti = config.platform == AOTI_PLATFORM
+        kind = ("an AOTInductor package" if aoti else "an exported program" if path.suffix == ".pt2"
+                else "TorchScript")
         try:
-            loaded = load_model(path, self.device)
+            loaded = load_model(path, self.device, aoti)
         except Exception as error:  # torch raises RuntimeError, BadZipFile, pickle and value errors
             raise ServerError(f"pytorch model '{name}': cannot load '{path.name}' as {kind}: "
                               f"{error_summary(error)}") from None
@@ -53,7 +56,8 @@ class PyTorchModelInstance(FrameworkInstance):
             if unfed:
                 raise ServerError(f"pytorch model '{name}': forward argument(s) {unfed} have no default "
                                   "and no config input feeds them")
-        self.output_positions = bind_outputs(name, [t.name for t in config.output], loaded.output_count)
+        self.output_positions = bind_outputs(name, [t.name for t in config.output], loaded.output_count,
+                                             loaded.output_names if isinstance(loaded, AotiModel) else ())
         if isinstance(loaded, ExportedModel):
             check_config(name, config, loaded.inputs, loaded.outputs, self.input_positions,
                          self.output_positions)

@@ -18,6 +18,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 from triton_serve.plugin import ModelSpec, ServerError, Status
 
 EXPORTED_SUFFIX = ".pt2"
+AOTI_PLATFORM = "torch_aoti"  # Triton 2.67 (26.03): AOTInductor packages
 # torch.export.load keeps its deserializer in a global (two loads at once fail), and silencing
 # jit.load's deprecation edits process-wide warning filters: model files load one at a time.
 _LOAD_LOCK = threading.Lock()
@@ -129,14 +130,65 @@ class ExportedModel(LoadedModel):
         return pytree.tree_leaves(self.module(*args, **kwargs))
 
 
+class AotiModel(LoadedModel):
+    """An AOTInductor package (``torch._inductor.aoti_compile_and_package``; platform ``torch_aoti``).
+
+    Its tensors are named as Triton 26.05 names them from the package's call specification: inputs
+    ``ARGS[i]...`` / ``KWARGS[key]...``, outputs ``RESULT...`` (``RESULT`` alone for a single tensor), each
+    accessor ``[index]`` or ``[key]`` in forward's order; ``INPUT__<i>`` / ``OUTPUT__<i>`` name them by position.
+    """
+
+    def __init__(self, path: Path, device: torch.device | None) -> None:
+        device_index = device.index if device is not None and device.type == "cuda" else -1
+        with _LOAD_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own pytree deprecations while it unpickles
+            self.package = torch._inductor.aoti_load_package(str(path), device_index=device_index)
+            in_spec, out_spec = (pytree.treespec_loads(text) for text in self.package.loader.get_call_spec())
+        compiled_for = self.package.get_metadata().get("AOTI_DEVICE_KEY", "")
+        wanted = device.type if device is not None else compiled_for
+        if compiled_for and compiled_for != wanted:
+            raise ValueError(f"the package was compiled for {compiled_for}, but the instance runs on {wanted}")
+        self._in_spec = in_spec
+        self.arguments = [ForwardArgument(name) for name in _leaf_names(in_spec, ("ARGS", "KWARGS"))]
+        self.output_names = _leaf_names(out_spec, None)
+        self.output_count = len(self.output_names)
+
+    def run(self, arguments: Sequence[Any]) -> list[Any]:
+        args, kwargs = pytree.tree_unflatten(list(arguments), self._in_spec)
+        return pytree.tree_leaves(self.package(*args, **kwargs))
+
+
+def _leaf_names(spec: pytree.TreeSpec, roots: tuple[str, str] | None) -> list[str]:
+    """Each leaf's Triton name: ``roots`` name the (args, kwargs) pair of an input spec; None: ``RESULT``."""
+    tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    names = []
+    for path, _ in pytree.tree_flatten_with_path(tree)[0]:
+        keys = list(path)
+        name = "RESULT"
+        if roots is not None:
+            name = roots[getattr(keys.pop(0), "idx", 0)]
+        for key in keys:
+            if isinstance(key, pytree.SequenceKey):
+                name += f"[{key.idx}]"
+            elif isinstance(key, pytree.MappingKey):
+                name += f"[{key.key}]"
+            else:
+                name += f"[{getattr(key, 'name', key)}]"
+        names.append(name)
+    return names
+
+
 def read_exported_program(path: Path) -> torch.export.ExportedProgram:
     """``torch.export.load``, one file at a time."""
     with _LOAD_LOCK:
         return torch.export.load(str(path))
 
 
-def load_model(path: Path, device: torch.device | None) -> LoadedModel:
-    """Load ``path`` (``.pt2``: exported program, else TorchScript); raises whatever torch raises for a bad file."""
+def load_model(path: Path, device: torch.device | None, aoti: bool = False) -> LoadedModel:
+    """Load ``path`` (``aoti``: an AOTInductor package; ``.pt2``: exported program; else TorchScript); raises
+    whatever torch raises for a bad file."""
+    if aoti:
+        return AotiModel(path, device)
     if path.suffix == EXPORTED_SUFFIX:
         return ExportedModel(path, device)
     return TorchScriptModel(path, device)

@@ -3,7 +3,8 @@ element of forward's result each config output reads.
 
 Inputs, tried in order: every name is a forward argument name; every name is ``<name>__<index>``
 (the index is the argument's position); otherwise the config's order is forward's order.
-Outputs: every name is ``<name>__<index>`` (the index into the returned tuple); otherwise config order.
+Outputs: every name is one the model file gives its results (an AOTInductor package's ``RESULT[...]``); every
+name is ``<name>__<index>`` (the index into the returned tuple); otherwise config order.
 The config-order fallback logs a warning, as Triton does.
 """
 from __future__ import annotations
@@ -39,9 +40,12 @@ def bind_inputs(model: str, inputs: Sequence[str], arguments: Sequence[str]) -> 
     return {name: position for position, name in enumerate(inputs)}
 
 
-def bind_outputs(model: str, outputs: Sequence[str], count: int | None) -> dict[str, int]:
+def bind_outputs(model: str, outputs: Sequence[str], count: int | None,
+                 names: Sequence[str] = ()) -> dict[str, int]:
     """Config output name -> index in forward's flattened result (``count`` outputs, None if not known
-    before the model runs)."""
+    before the model runs; ``names``: the results' own names, where the model file gives them)."""
+    if names and outputs and all(name in names for name in outputs):
+        return {name: list(names).index(name) for name in outputs}
     positions = _by_named_index(model, "output", outputs, count, "forward returns")
     if positions is not None:
         return positions
