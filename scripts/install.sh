@@ -2,7 +2,7 @@
 # Install triton-serve for development on Debian 12 or Ubuntu 24.04: a virtual environment with the core and
 # every plugin (editable) and their test tools, perf_analyzer, azurite and kubectl; optionally a real Triton.
 #
-#   scripts/install.sh                 # <repo>/.venv (core[test], every plugins/*/[test]), pa-venv, .npm-tools
+#   scripts/install.sh                 # <repo>/.venv (core[test], every plugins/*/[test]), pa-venv, ma-venv, .npm-tools
 #   scripts/install.sh --with-triton   # also <repo>/triton-venv and <repo>/tritonserver (real Triton 2.51, benchmarks only)
 #
 # The Debian packages it needs (python3-venv, nodejs, npm, ...) come from apt when run as root. Safe to re-run:
@@ -108,6 +108,17 @@ install_perf_analyzer() {
     echo "perf_analyzer: $repo/scripts/perf_analyzer ($version)"
 }
 
+install_model_analyzer() {
+    # Triton's Model Analyzer 1.58 for plugins/analyze's compatibility test (remote mode against
+    # triton-serve), in its own venv: it pins packages of its own. About 25 s and 600 MB.
+    if ! ma-venv/bin/model-analyzer --help >/dev/null 2>&1; then
+        step "creating ma-venv (Model Analyzer 1.58.0)"
+        python3 -m venv ma-venv
+        ma-venv/bin/pip install -q triton-model-analyzer==1.58.0
+    fi
+    echo "model-analyzer: $repo/ma-venv/bin/model-analyzer"
+}
+
 install_azurite() {
     # azurite, the Azure Blob Storage emulator that plugins/storage's tests run, from npm into <repo>/.npm-tools.
     # 3.35.0 is the last that runs on the Node.js 18 of Debian 12 and Ubuntu 24.04 (3.36 needs 21, 3.37 needs 22).
@@ -159,6 +170,7 @@ create_venv
 install_python_packages
 install_azurite
 install_perf_analyzer
+install_model_analyzer
 if $with_triton; then
     install_triton
 fi

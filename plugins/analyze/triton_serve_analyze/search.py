@@ -293,23 +293,40 @@ class ModelSearch:
     def _quick(self) -> None:
         """Hill climbing on the grid (max_batch_size, instance count, batching variant): from the smallest
         batch size and one instance, with dynamic batching on where the space has it, measure every
-        neighbour one step away on each axis and move to the best while it improves."""
+        neighbour one step away in both directions of each axis and move to the best while it improves.
+        Where none does, it looks two steps away on each axis (past a plateau or a noisy dip, which
+        stopped the plain climb one step short of the best) and goes on from there if one improves;
+        it stops when no point one or two steps away does."""
         sizes, counts, variants = self.space.shape
+        lengths = (sizes, counts, variants)
         start_variant = next((i for i, v in enumerate(self.space.batching) if v.enabled), 0)
         point: tuple[int, ...] = (0, 0, start_variant)
         current = self.evaluate(self.space.candidate(*point))
         while True:
-            neighbours = []
-            for axis, length in enumerate((sizes, counts, variants)):
-                for step in (-1, 1):
-                    moved = list(point)
-                    moved[axis] += step
-                    if 0 <= moved[axis] < length:
-                        neighbours.append(tuple(moved))
-            scored = [(self.evaluate(self.space.candidate(*n)), n) for n in neighbours]
-            if not scored:
-                return  # a one-point space
-            best_result, best_point = max(scored, key=lambda item: self.value(item[0]))
-            if self.value(best_result) <= self.value(current):
+            moved = self._climb(point, current, lengths)
+            if moved is None:
                 return
-            current, point = best_result, best_point
+            point, current = moved
+
+    @staticmethod
+    def _reaches(lengths: tuple[int, ...]) -> list[list[tuple[int, ...]]]:
+        """The offsets tried from a point, in rings: one step on one axis, then two steps on one axis."""
+        axes = range(len(lengths))
+        one = [tuple(step if a == axis else 0 for a in axes) for axis in axes for step in (-1, 1)]
+        two = [tuple(step if a == axis else 0 for a in axes) for axis in axes for step in (-2, 2)]
+        return [one, two]
+
+    def _climb(self, point: tuple[int, ...], current: Result,
+               lengths: tuple[int, ...]) -> tuple[tuple[int, ...], Result] | None:
+        """The best neighbour that beats ``current``, ring by ring (the next ring only when none in the
+        nearer one does); None at a local optimum of all rings."""
+        for ring in self._reaches(lengths):
+            neighbours = [tuple(p + o for p, o in zip(point, offset)) for offset in ring]
+            inside = [n for n in neighbours if all(0 <= i < length for i, length in zip(n, lengths))]
+            scored = [(self.evaluate(self.space.candidate(*n)), n) for n in inside]
+            if not scored:
+                continue
+            best_result, best_point = max(scored, key=lambda item: self.value(item[0]))
+            if self.value(best_result) > self.value(current):
+                return best_point, best_result
+        return None
