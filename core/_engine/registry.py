@@ -27,6 +27,7 @@ KNOWN_PACKAGES: dict[str, str] = {
     "pytorch_libtorch": "triton-serve-torch",
     "openvino": "triton-serve-openvino",
     "fil": "triton-serve-fil",
+    "transformers": "triton-serve-transformers",
     "tensorrt": "triton-serve-tensorrt",
     "tensorrt_plan": "triton-serve-tensorrt",
     "dynamic_batching": "triton-serve-batching",

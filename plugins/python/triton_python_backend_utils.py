@@ -26,6 +26,7 @@ from triton_serve_python.pb_utils.model_config import (
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
+from triton_serve_python.pb_utils.model_dir import get_model_dir
 from triton_serve_python.pb_utils.response_sender import TRITONSERVER_RESPONSE_COMPLETE_FINAL, InferenceResponseSender
 from triton_serve_python.pb_utils.tensor import Tensor
 from triton_serve_python.pb_utils.unsupported import is_model_ready, load_model, unload_model
@@ -59,7 +60,8 @@ __all__ = [
     "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
     "TRITONSERVER_REQUEST_RELEASE_ALL", "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
     "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-    "deserialize_bytes_tensor", "get_input_config_by_name", "get_input_tensor_by_name", "get_output_config_by_name",
-    "get_output_tensor_by_name", "is_model_ready", "load_model", "numpy_to_triton_type", "serialize_byte_tensor",
-    "triton_string_to_numpy", "triton_to_numpy_type", "unload_model", "using_decoupled_model_transaction_policy",
+    "deserialize_bytes_tensor", "get_input_config_by_name", "get_input_tensor_by_name", "get_model_dir",
+    "get_output_config_by_name", "get_output_tensor_by_name", "is_model_ready", "load_model", "numpy_to_triton_type",
+    "serialize_byte_tensor", "triton_string_to_numpy", "triton_to_numpy_type", "unload_model",
+    "using_decoupled_model_transaction_policy",
 ]

@@ -89,10 +89,13 @@ INIT_ARGS = """
     class TritonPythonModel:
         def initialize(self, args):
             self.args = args
+            self.model_dir = pb_utils.get_model_dir()  # as Triton's vLLM model.py reads its model.json
 
         def execute(self, requests):
             text = np.array([json.dumps(self.args).encode()], dtype=object)
-            return [pb_utils.InferenceResponse([pb_utils.Tensor("ARGS", text)]) for _ in requests]
+            model_dir = np.array([self.model_dir.encode()], dtype=object)
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("ARGS", text),
+                                                pb_utils.Tensor("MODEL_DIR", model_dir)]) for _ in requests]
 """
 PARAMETERS = """
     import json
@@ -155,7 +158,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Path:
     kit.write_model(repo, "auto_complete", AUTO_COMPLETE)
     kit.write_model(repo, "async_execute", ASYNC_EXECUTE, INT64_X_Y)
     kit.write_model(repo, "init_args", INIT_ARGS, """
-        output [ { name: "ARGS", data_type: TYPE_STRING, dims: [ 1 ] } ]
+        output [ { name: "ARGS", data_type: TYPE_STRING, dims: [ 1 ] },
+                 { name: "MODEL_DIR", data_type: TYPE_STRING, dims: [ 1 ] } ]
         instance_group [ { count: 1, kind: KIND_CPU } ]
     """)
     kit.write_model(repo, "parameters", PARAMETERS, INT64_X_Y)
@@ -224,6 +228,11 @@ def test_initialize_gets_the_seven_triton_arguments(client: http.InferenceServer
     assert args["model_instance_kind"] == "CPU" and args["model_instance_device_id"] == "0"
     config = json.loads(args["model_config"])
     assert config["name"] == "init_args" and config["output"][0]["name"] == "ARGS"
+
+
+def test_get_model_dir_is_the_version_directory(client: http.InferenceServerClient, repo: Path) -> None:
+    result = client.infer("init_args", [], outputs=[http.InferRequestedOutput("MODEL_DIR")])
+    assert result.as_numpy("MODEL_DIR")[0].decode() == str(repo / "init_args" / "1")
 
 
 def test_request_and_response_parameters(client: http.InferenceServerClient) -> None:

@@ -19,6 +19,7 @@ from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
 from .pb_utils.errors import TritonError
 from .pb_utils.messages import InferenceRequest, InferenceResponse, InferenceTrace
+from .pb_utils.model_dir import set_model_dir
 from .pb_utils.response_sender import InferenceResponseSender
 from .pb_utils.server_link import ServerLink
 from .pb_utils.tensor import Tensor
@@ -71,6 +72,7 @@ def load_model_class(model_file: str) -> type:
     """Import ``model_file`` (its folder first on ``sys.path``, as Triton does) and return TritonPythonModel."""
     path = Path(model_file)
     sys.path.insert(0, str(path.parent))
+    set_model_dir(model_file)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")

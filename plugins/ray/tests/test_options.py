@@ -39,7 +39,7 @@ def test_bad_arguments_are_named() -> None:
 
 
 def test_unknown_models_are_refused_with_the_models_there(example_repository: Path) -> None:
-    message = ("no model 'nope' in .*models there: add_sub, bls_add_sub, ensemble_add_sub, identity_bytes, "
+    message = ("no model 'nope' in .*models there: add_sub, bls_add_sub, chat, ensemble_add_sub, identity_bytes, "
                "postprocess, preprocess, token_streamer, tokenizer")
     with pytest.raises(ValueError, match=message):
         build_app({"model_repository": str(example_repository), "models": "add_sub,nope"})

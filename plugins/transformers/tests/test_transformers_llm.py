@@ -3,6 +3,8 @@ answers are those of the model run step by step in the test, alone or continuous
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +64,7 @@ def reference(weights: Path) -> Any:
                 new.append(token)
         return str(tokenizer.decode(new, skip_special_tokens=True))
     generate.tokenizer = tokenizer  # type: ignore[attr-defined]
+    generate.model = model  # type: ignore[attr-defined]
     return generate
 
 
@@ -154,3 +157,86 @@ def test_generation_metrics(server: RunningServer, client: openai.OpenAI) -> Non
     assert values[f"tserve_llm_inter_token_latency_ms_count{labels}"] >= 1
     assert values[f"tserve_llm_generated_tokens_total{labels}"] >= 2
     assert f"tserve_llm_running_sequences{labels}" in values
+
+
+def test_constrained_decoding_is_refused_by_name(server: RunningServer) -> None:
+    for key in ("structured_outputs", "guided_decoding"):
+        answer = httpx.post(f"http://{server.http_url}/v2/models/tiny/generate", timeout=30, json={
+            "text_input": "hi", "sampling_parameters": f'{{"{key}": "{{\\"json_object\\": true}}"}}'})
+        assert answer.status_code == 400
+        assert f"sampling parameter '{key}' is not accepted" in answer.json()["error"]
+
+
+def _model_logprobs(reference: Any, prompt: str, text: str) -> list[list[float]]:
+    """Per token of ``text`` after ``prompt``, the model's log-probabilities over the vocabulary, best first."""
+    import torch
+
+    tokenizer = reference.tokenizer
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    new = tokenizer(text, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        logits = reference.model(input_ids=torch.tensor([ids + new])).logits[0, len(ids) - 1:-1]
+    return [sorted(row, reverse=True) for row in torch.log_softmax(logits.float(), dim=-1).tolist()]
+
+
+def _check_ranked(chosen: float, tops: list[float], best: list[float]) -> None:
+    assert all(math.isfinite(value) for value in [chosen, *tops])
+    assert tops == sorted(tops, reverse=True)
+    assert chosen in tops  # greedy: the chosen token is the most likely
+    assert tops == pytest.approx(best[:len(tops)], abs=1e-4)
+
+
+def test_chat_logprobs(client: openai.OpenAI, reference: Any) -> None:
+    messages: Any = [{"role": "user", "content": "hi"}]
+    prompt = reference.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    answer = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
+                                            logprobs=True, top_logprobs=2)
+    content = answer.choices[0].logprobs.content  # type: ignore[union-attr]
+    text = answer.choices[0].message.content or ""
+    assert content and "".join(token.token for token in content) == text
+    best = _model_logprobs(reference, prompt, text)
+    for token, row in zip(content, best, strict=True):
+        assert len(token.top_logprobs) == 2
+        _check_ranked(token.logprob, [top.logprob for top in token.top_logprobs], row)
+    stream = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
+                                            logprobs=True, top_logprobs=2, stream=True)
+    streamed = [token for chunk in stream for choice in chunk.choices if choice.logprobs is not None
+                for token in choice.logprobs.content or []]
+    assert [(token.token, token.logprob) for token in streamed] == [(token.token, token.logprob) for token in content]
+
+
+def test_completion_logprobs(client: openai.OpenAI, reference: Any) -> None:
+    answer = client.completions.create(model="tiny", prompt="abc", max_tokens=6, temperature=0, logprobs=2)
+    logprobs = answer.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs and logprobs.top_logprobs
+    assert "".join(logprobs.tokens) == answer.choices[0].text
+    best = _model_logprobs(reference, "abc", answer.choices[0].text)
+    for chosen, tops, row in zip(logprobs.token_logprobs, logprobs.top_logprobs, best, strict=True):
+        assert len(tops) == 2
+        _check_ranked(chosen, list(tops.values()), row)
+    stream = client.completions.create(model="tiny", prompt="abc", max_tokens=6, temperature=0, logprobs=2,
+                                       stream=True)
+    pieces = [choice.logprobs for chunk in stream for choice in chunk.choices if choice.logprobs is not None]
+    assert [value for piece in pieces for value in piece.token_logprobs or []] == logprobs.token_logprobs
+    assert [offset for piece in pieces for offset in piece.text_offset or []] == logprobs.text_offset
+
+
+def test_cumulative_logprob_and_the_raw_contract(server: RunningServer, reference: Any) -> None:
+    """Triton's generate extension with the vLLM contract's flags: ``logprobs`` entries keyed by token id with
+    rank and decoded token, and ``cumulative_logprob`` their sum; no ``logprobs`` sampling parameter: null."""
+    answer = httpx.post(f"http://{server.http_url}/v2/models/tiny/generate", timeout=30, json={
+        "text_input": "abc", "sampling_parameters": '{"max_tokens": 5, "temperature": 0, "logprobs": 0}',
+        "return_logprobs": True, "return_cumulative_logprob": True}).json()
+    entries = json.loads(answer["logprobs"])
+    assert len(entries) == 5 and all(len(entry) == 1 for entry in entries)  # logprobs 0: the chosen token only
+    chosen = [next(iter(entry.items())) for entry in entries]
+    assert "".join(item["decoded_token"] for _, item in chosen) == answer["text_output"]
+    assert [reference.tokenizer.decode([int(token)]) for token, _ in chosen] == list(answer["text_output"])
+    assert all(item["rank"] == 1 for _, item in chosen)
+    assert answer["cumulative_logprob"] == pytest.approx(sum(item["logprob"] for _, item in chosen), abs=1e-4)
+    answer = httpx.post(f"http://{server.http_url}/v2/models/tiny/generate", timeout=30, json={
+        "text_input": "abc", "sampling_parameters": '{"max_tokens": 2}', "return_logprobs": True}).json()
+    assert answer["logprobs"] == "null"
+    answer = httpx.post(f"http://{server.http_url}/v2/models/tiny/generate", timeout=30, json={
+        "text_input": "abc", "sampling_parameters": '{"logprobs": 21}', "return_logprobs": True})
+    assert answer.status_code == 400 and "'logprobs' must be an integer from 0 to 20" in answer.json()["error"]

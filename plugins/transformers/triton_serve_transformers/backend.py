@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from triton_serve.plugin import (Backend, DataType, InferenceRequest, InferenceResponse, InstanceSpec, Model,
-                                 ModelInput, ModelInstance, ModelOutput, ModelSpec, ServerError, Status, option)
+                                 ModelInput, ModelInstance, ModelOutput, ModelSpec, ServerError, model_parameters,
+                                 option)
 
 from .engine import Engine, LLMMetrics, Sequence, Settings
+from .tiny import ensure_tiny_llama
 
 # Triton's vLLM backend contract: (name, type, optional) of each input, and each output.
 CONTRACT_INPUTS = (("text_input", DataType.TYPE_STRING, False), ("stream", DataType.TYPE_BOOL, True),
@@ -21,11 +23,17 @@ CONTRACT_INPUTS = (("text_input", DataType.TYPE_STRING, False), ("stream", DataT
                    ("exclude_input_in_output", DataType.TYPE_BOOL, True),
                    ("return_num_input_tokens", DataType.TYPE_BOOL, True),
                    ("return_num_output_tokens", DataType.TYPE_BOOL, True),
-                   ("return_finish_reason", DataType.TYPE_BOOL, True))
+                   ("return_finish_reason", DataType.TYPE_BOOL, True),
+                   ("return_cumulative_logprob", DataType.TYPE_BOOL, True),
+                   ("return_logprobs", DataType.TYPE_BOOL, True))
 CONTRACT_OUTPUTS = (("text_output", DataType.TYPE_STRING), ("num_input_tokens", DataType.TYPE_UINT32),
-                    ("num_output_tokens", DataType.TYPE_UINT32), ("finish_reason", DataType.TYPE_STRING))
+                    ("num_output_tokens", DataType.TYPE_UINT32), ("finish_reason", DataType.TYPE_STRING),
+                    ("cumulative_logprob", DataType.TYPE_FP32), ("logprobs", DataType.TYPE_STRING))
 SAMPLING_KEYS = {"max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "stop",
-                 "ignore_eos"}
+                 "ignore_eos", "logprobs"}
+# vLLM's names for constrained decoding (the older and the newer): refused, this backend has none.
+CONSTRAINED_DECODING_KEYS = ("structured_outputs", "guided_decoding")
+MAX_LOGPROBS = 20  # the most top logprobs a token may ask for (vLLM's default max_logprobs)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class Parameters:
                                        doc="bound on the prompt plus max_tokens of the running sequences together "
                                            "(the key-value budget); 0: none")
     device: str = option("", key="device", doc="torch device; default: cuda for a GPU instance, else cpu")
+    create_tiny_model: bool = option(False, key="create_tiny_model",
+                                     doc="make a tiny random-weight Llama chat model where the weights directory "
+                                         "holds none (in the user's cache if it cannot be written): for examples")
 
 
 class TransformersBackend(Backend):
@@ -60,8 +71,9 @@ class TransformersBackend(Backend):
                 config.output.append(ModelOutput(name=name, data_type=data_type, dims=[-1]))
         config.model_transaction_policy.decoupled = True
         if "tokenizer" not in config.parameters:
-            model_path = config.parameters["model_path"].string_value if "model_path" in config.parameters else ""
-            config.parameters["tokenizer"].string_value = str(_weights_dir(model, model_path).resolve())
+            parameters: Parameters = model_parameters(self, model)  # a bad value fails the load, naming it
+            weights = _weights_dir(model, parameters.model_path, parameters.create_tiny_model)
+            config.parameters["tokenizer"].string_value = str(weights.resolve())
 
     def create_model(self, spec: ModelSpec) -> Model:
         return TransformersModel(self, spec)
@@ -71,8 +83,15 @@ class TransformersBackend(Backend):
         return f"{' and '.join(missing)} not installed" if missing else None
 
 
-def _weights_dir(spec: ModelSpec, model_path: str) -> Path:
-    return spec.model_dir / model_path if model_path else spec.version_dir
+def _weights_dir(spec: ModelSpec, model_path: str, create_tiny_model: bool = False) -> Path:
+    """Where the model's Hugging Face files are (made first, with ``create_tiny_model``, where there are none)."""
+    weights = spec.model_dir / model_path if model_path else spec.version_dir
+    if not create_tiny_model:
+        return weights
+    try:
+        return ensure_tiny_llama(weights, spec.name)
+    except (OSError, ImportError) as error:
+        raise ServerError(f"transformers model '{spec.name}': cannot make its tiny model: {error}") from None
 
 
 class TransformersModel(Model):
@@ -93,11 +112,11 @@ class TransformersInstance(ModelInstance):
         spec = self.model.spec
         parameters: Parameters = spec.parameters
         device = parameters.device or (f"cuda:{self.spec.device_id}" if self.spec.kind == "GPU" else "cpu")
-        weights = _weights_dir(spec, parameters.model_path)
-        tokenizer_dir = Path(parameters.tokenizer) if parameters.tokenizer else weights
         loop = asyncio.get_running_loop()
 
         def build() -> Engine:
+            weights = _weights_dir(spec, parameters.model_path, parameters.create_tiny_model)
+            tokenizer_dir = Path(parameters.tokenizer) if parameters.tokenizer else weights
             from transformers import AutoModelForCausalLM, AutoTokenizer
             try:
                 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
@@ -161,9 +180,10 @@ def _settings(request: InferenceRequest) -> Settings:
             raise ServerError(f"'sampling_parameters' is not valid JSON: {error}") from None
         if not isinstance(raw, dict):
             raise ServerError("'sampling_parameters' must be a JSON object")
-    if "guided_decoding" in raw:
-        raise ServerError("the transformers backend does not support constrained decoding ('guided_decoding')",
-                          Status.UNSUPPORTED)
+    for key in CONSTRAINED_DECODING_KEYS:
+        if key in raw:
+            raise ServerError(f"the transformers backend does not support constrained decoding: sampling "
+                              f"parameter '{key}' is not accepted")
     unknown = sorted(set(raw) - SAMPLING_KEYS)
     if unknown:
         raise ServerError(f"unknown sampling parameters: {', '.join(unknown)}")
@@ -173,7 +193,9 @@ def _settings(request: InferenceRequest) -> Settings:
                         exclude_input=_flag(request, "exclude_input_in_output", True),
                         return_input_tokens=_flag(request, "return_num_input_tokens", False),
                         return_output_tokens=_flag(request, "return_num_output_tokens", False),
-                        return_finish_reason=_flag(request, "return_finish_reason", False))
+                        return_finish_reason=_flag(request, "return_finish_reason", False),
+                        return_logprobs=_flag(request, "return_logprobs", False),
+                        return_cumulative_logprob=_flag(request, "return_cumulative_logprob", False))
     try:
         for key, kind in (("max_tokens", int), ("temperature", float), ("top_p", float),
                           ("presence_penalty", float), ("frequency_penalty", float)):
@@ -183,6 +205,12 @@ def _settings(request: InferenceRequest) -> Settings:
             settings.seed = int(raw["seed"])
     except (TypeError, ValueError) as error:
         raise ServerError(f"a sampling parameter has a bad value: {error}") from None
+    if raw.get("logprobs") is not None:
+        top = raw["logprobs"]
+        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_LOGPROBS:
+            raise ServerError(f"sampling parameter 'logprobs' must be an integer from 0 to {MAX_LOGPROBS}, "
+                              f"got {top!r}")
+        settings.logprobs = top
     if settings.max_tokens < 1:
         raise ServerError(f"'max_tokens' must be at least 1, got {settings.max_tokens}")
     return settings

@@ -8,6 +8,7 @@ small models this backend is for are fast enough."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -69,6 +70,14 @@ class Settings:
     return_input_tokens: bool = False
     return_output_tokens: bool = False
     return_finish_reason: bool = False
+    logprobs: int | None = None  # vLLM's ``logprobs``: how many of the most likely tokens to report per new token
+    return_logprobs: bool = False
+    return_cumulative_logprob: bool = False
+
+    @property
+    def scores(self) -> bool:
+        """Whether generation must compute the tokens' log-probabilities for this request."""
+        return self.return_cumulative_logprob or (self.return_logprobs and self.logprobs is not None)
 
 
 @dataclass
@@ -84,6 +93,9 @@ class Sequence:
     counted: int = 0  # output tokens reported so far
     last_token_ns: int = 0  # when the previous token was generated (monotonic)
     generator: Any = None  # a torch.Generator when the request gave a seed
+    # per generated token, the vLLM backend's logprobs entry: {token id: {"logprob", "rank", "decoded_token"}}
+    logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+    cumulative_logprob: float = 0.0  # the sum of the generated tokens' log-probabilities
 
     @property
     def length(self) -> int:
@@ -195,9 +207,15 @@ class Engine:
         self.largest_batch = max(self.largest_batch, len(contexts))
         if self.metrics is not None:
             self.metrics.running.set(len(contexts))
+        # rows whose requests asked for logprobs: their log-softmax, from this step's logits
+        scored = {row: index for index, row in enumerate(
+            row for row, sequence in enumerate(self._running) if sequence.settings.scores)}
+        log_probabilities = torch.log_softmax(logits[list(scored)], dim=-1) if scored else None
         still_running = []
         for row, sequence in enumerate(self._running):
             token = self._sample(sequence, logits[row])
+            if log_probabilities is not None and row in scored:
+                self._score(sequence, log_probabilities[scored[row]], token)
             if not self._advance(sequence, token):
                 still_running.append(sequence)
         self._running = still_running
@@ -219,6 +237,28 @@ class Engine:
             ordered[outside] = 0
             probabilities = torch.zeros_like(probabilities).scatter(0, order, ordered)
         return int(torch.multinomial(probabilities, 1, generator=sequence.generator))
+
+    def _score(self, sequence: Sequence, log_probabilities: Any, token: int) -> None:
+        """Record the sampled token's log-probability (of the model's distribution, before temperature and
+        penalties, as vLLM reports them) and, when asked, the most likely tokens' with their ranks (1: the most
+        likely). The end-of-sequence token that ends a sequence is not an output token and gets no entry."""
+        import torch
+
+        if token == self.eos and not sequence.settings.ignore_eos:
+            return
+        chosen = float(log_probabilities[token])
+        sequence.cumulative_logprob += chosen
+        top = sequence.settings.logprobs
+        if not sequence.settings.return_logprobs or top is None:
+            return
+        rank = int((log_probabilities > chosen).sum()) + 1
+        entry = {str(token): {"logprob": chosen, "rank": rank, "decoded_token": self.tokenizer.decode([token])}}
+        if top:
+            values, ids = torch.topk(log_probabilities, min(top, log_probabilities.shape[0]))
+            for position, (value, candidate) in enumerate(zip(values.tolist(), ids.tolist())):
+                entry.setdefault(str(candidate), {"logprob": value, "rank": position + 1,
+                                                  "decoded_token": self.tokenizer.decode([candidate])})
+        sequence.logprobs.append(entry)
 
     def _advance(self, sequence: Sequence, token: int) -> bool:
         """Take the sampled token; send what the client should see now. True when the sequence finished."""
@@ -253,13 +293,16 @@ class Engine:
                 count = len(sequence.generated) - sequence.counted
                 sequence.sent_text = visible
                 sequence.counted = len(sequence.generated)
-                self._send(sequence, prefix + delta, count, reason)
+                self._send(sequence, prefix + delta, count, reason, sequence.logprobs[-count:] if count else [])
         elif reason is not None:
             full = text if settings.exclude_input else sequence.prompt + text
-            self._send(sequence, full, len(sequence.generated), reason)
+            self._send(sequence, full, len(sequence.generated), reason, sequence.logprobs)
         return reason is not None
 
-    def _send(self, sequence: Sequence, text: str, count: int, reason: str | None) -> None:
+    def _send(self, sequence: Sequence, text: str, count: int, reason: str | None,
+              logprobs: list[dict[str, dict[str, Any]]]) -> None:
+        """One response: the text, and the outputs the request asked for (for ``logprobs``, the entries of the
+        response's new tokens; ``cumulative_logprob`` is the total so far, as the vLLM backend sends them)."""
         settings = sequence.settings
         outputs = [Tensor("text_output", "BYTES", (1,), np.array([text.encode()], dtype=np.object_))]
         if settings.return_input_tokens:
@@ -269,6 +312,12 @@ class Engine:
             outputs.append(Tensor("num_output_tokens", "UINT32", (1,), np.array([count], dtype=np.uint32)))
         if settings.return_finish_reason and reason is not None:
             outputs.append(Tensor("finish_reason", "BYTES", (1,), np.array([reason.encode()], dtype=np.object_)))
+        if settings.return_cumulative_logprob:
+            outputs.append(Tensor("cumulative_logprob", "FP32", (1,),
+                                  np.array([sequence.cumulative_logprob], dtype=np.float32)))
+        if settings.return_logprobs:
+            text_logprobs = "null" if settings.logprobs is None else json.dumps(logprobs)
+            outputs.append(Tensor("logprobs", "BYTES", (1,), np.array([text_logprobs.encode()], dtype=np.object_)))
         self.loop.call_soon_threadsafe(_deliver, sequence.request, InferenceResponse(outputs), reason is not None)
 
     def _fail(self, sequence: Sequence, error: ServerError) -> None:

@@ -5,7 +5,9 @@ a character-level tokenizer built with ``tokenizers``, with a chat template. No 
 """
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
@@ -33,6 +35,27 @@ def make_tiny_llama(directory: Path | str, *, context: int = 256, seed: int = 0)
     LlamaForCausalLM(config).save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def ensure_tiny_llama(directory: Path, name: str) -> Path:
+    """The directory holding a tiny model: ``directory`` if it has a ``config.json``, else one made there (or,
+    where ``directory`` cannot be written, e.g. an installed package, in the user's cache under ``name``).
+    The files are made aside and moved in with ``config.json`` last, so a half-made model is never loaded."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "triton-serve" / "tiny-models" / name
+    for target in (directory, cache):
+        if (target / "config.json").is_file():
+            return target
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".making-", dir=target) as scratch:
+                made = make_tiny_llama(scratch)
+                files = sorted(made.iterdir(), key=lambda path: path.name == "config.json")
+                for path in files:
+                    os.replace(path, target / path.name)
+            return target
+        except OSError:
+            continue
+    raise OSError(f"cannot write a tiny model into '{directory}' or '{cache}'")
 
 
 if __name__ == "__main__":
