@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
+from tritonclient.utils import InferenceServerException
 
 from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config
 
@@ -37,6 +38,9 @@ def client(add_model, toy_server):  # type: ignore[no-untyped-def]
               'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }\n'
               'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" }',
               files={"labels.txt": "cat\ndog\nbird\nfish\n"})
+    add_model("wide", 'backend: "toy_identity"\n'
+              'input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }\n'
+              'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }')
     server = toy_server()
     return httpclient.InferenceServerClient(server.http_url)
 
@@ -117,6 +121,18 @@ def test_classification_extension(client) -> None:  # type: ignore[no-untyped-de
     result = client.infer("labels", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     got = [[x.decode() if isinstance(x, bytes) else x for x in row] for row in result.as_numpy("OUTPUT0").tolist()]
     assert got == [["0.700000:1:dog", "0.200000:2:bird"], ["0.900000:0:cat", "0.050000:1:dog"]]
+
+
+def test_classification_of_over_a_million_elements_is_refused(client) -> None:  # type: ignore[no-untyped-def]
+    def top(count: int) -> httpclient.InferResult:  # Triton 2.66 bounds one output (batch entry) at 1,000,000
+        tensor = httpclient.InferInput("INPUT0", [count], "FP32")
+        tensor.set_data_from_numpy(np.arange(count, dtype=np.float32))
+        return client.infer("wide", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=1)])
+    (best,) = top(1_000_000).as_numpy("OUTPUT0").tolist()
+    assert (best.decode() if isinstance(best, bytes) else best) == "999999.000000:999999"
+    with pytest.raises(InferenceServerException, match="classification output tensor too large") as error:
+        top(1_000_001)
+    assert error.value.status() == "400"
 
 
 def test_raw_binary_request(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@ over HTTP after inferences through tritonclient HTTP and gRPC."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -241,6 +242,31 @@ def test_histograms_for_every_model_with_custom_buckets(add_model, toy_server) -
     assert kinds["nv_inference_first_response_histogram_ms"] == "histogram"
     # Every model's first response since Triton 2.65 (decoupled models only before).
     assert value(text, "nv_inference_first_response_histogram_ms_count") == 4
+
+
+def test_model_metrics_in_the_config_sets_that_models_first_response_buckets(  # type: ignore[no-untyped-def]
+        add_model, toy_server, caplog: pytest.LogCaptureFixture) -> None:
+    add_model("add_sub", ADD_SUB + """model_metrics { metric_control [
+        { metric_identifier { family: "nv_inference_first_response_histogram_ms" }
+          histogram_options { buckets: [ 1, 2, 4, 8 ] } },
+        { metric_identifier { family: "nv_inference_request_histogram_us" } histogram_options { buckets: [ 5 ] } }
+    ] }""")  # Triton 2.52; only the first-response family is customizable
+    add_model("plain", ADD_SUB)
+    with caplog.at_level(logging.WARNING, logger="triton_serve"):
+        server = toy_server(metrics_config=parse_metrics_config(["histogram_latencies=true"]))
+    assert "Metric family 'nv_inference_request_histogram_us' in 'metric_identifier' is not a customizable " \
+           "metric in Triton core." in caplog.text
+    infer_add_sub(server, http=1, grpc=1)
+    text = scrape(server)
+
+    def buckets(name: str, model: str) -> dict[str, float]:
+        return {dict(labels)["le"]: count for (sample, labels), count in samples(text).items()
+                if sample == f"{name}_bucket" and dict(labels)["model"] == model}
+    first = buckets("nv_inference_first_response_histogram_ms", "add_sub")
+    assert set(first) == {"1", "2", "4", "8", "+Inf"} and first["+Inf"] == 2
+    assert set(buckets("nv_inference_first_response_histogram_ms", "plain")) == {"100", "500", "2000", "5000", "+Inf"}
+    assert buckets("nv_inference_request_histogram_us", "add_sub").keys() == \
+        buckets("nv_inference_request_histogram_us", "plain").keys()
 
 
 def test_first_response_histogram_of_a_decoupled_model(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """The SageMaker and Vertex AI listeners, called as those platforms call them (plain HTTP), in both front-end modes."""
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 
@@ -12,6 +13,7 @@ from .conftest import FRONTEND_MODES
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
 from triton_serve._engine.platforms.listeners import PlatformOptions
+from triton_serve._engine.platforms.sagemaker import SageMakerSettings, sagemaker_app
 from triton_serve.testing import free_port
 
 IDENTITY = ('backend: "toy_identity"\nmax_batch_size: 0\n'
@@ -75,6 +77,38 @@ def test_sagemaker_invocations_of_a_missing_default_model(add_model, toy_server)
                         json=BODY, timeout=30)
     assert answer.status_code == direct.status_code >= 400  # as the HTTP front-end answers an unknown model
     assert "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME" in answer.json()["error"]
+
+
+def test_sagemaker_inference_type_generate_stream(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("ident", IDENTITY)  # SAGEMAKER_TRITON_INFERENCE_TYPE=generate_stream (Triton 2.56)
+    port = free_port()
+    toy_server(platforms=PlatformOptions(sagemaker_port=port, sagemaker_default_model="ident",
+                                         sagemaker_inference_type="generate_stream"))
+    answer = httpx.post(f"http://127.0.0.1:{port}/invocations", json={"INPUT0": [1.5, -2.0]}, timeout=30)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+    assert answer.text == 'data: {"OUTPUT0":[1.5,-2.0],"model_name":"ident","model_version":"1"}\n\n'
+
+
+@pytest.mark.parametrize("kind", ["infer", "generate", "generate_stream", "incorrect_inference_type"])
+def test_sagemaker_inference_type_picks_what_invocations_runs(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGEMAKER_TRITON_INFERENCE_TYPE", kind)
+    assert SageMakerSettings.from_environment().inference_type == kind
+
+    async def triton(scope, receive, send):  # type: ignore[no-untyped-def]  # the KServe v2 app: echoes the path
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": scope["path"].encode()})
+
+    async def call() -> httpx.Response:
+        app = sagemaker_app(None, triton, SageMakerSettings("m", "ready", kind))  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sm") as client:
+            return await client.post("/invocations", json={})
+    answer = asyncio.run(call())
+    if kind == "incorrect_inference_type":
+        assert answer.status_code == 500
+        assert answer.json() == {"error": "Server has invalid inference type 'incorrect_inference_type'. Must be one "
+                                          "of: infer, generate, generate_stream."}
+    else:
+        assert answer.text == f"/v2/models/m/{kind}"
 
 
 def _vertex(port: int, default_model: str = "") -> PlatformOptions:

@@ -45,6 +45,7 @@ TRITON_COMMAND_LINE = [
     "--trace-file=/tmp/t.json", "--trace-level=OFF", "--trace-rate=1000", "--trace-count=-1",
     "--trace-log-frequency=0",
     "--grpc-infer-thread-count=4",  # Triton 2.57
+    "--grpc-max-response-pool-size=16",  # Triton 2.56
 ]
 
 
@@ -74,6 +75,10 @@ def test_allow_client_shm_keeps_2_51s_default_and_thread_count_checks_tritons_ra
         with pytest.raises(SystemExit):
             parser.parse_args([f"--grpc-infer-thread-count={bad}"])
     assert parser.parse_args(["--grpc-infer-thread-count=128"]).grpc_infer_thread_count == "128"
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--grpc-max-response-pool-size={bad}"])
+    assert parser.parse_args(["--grpc-max-response-pool-size=1"]).grpc_max_response_pool_size == "1"
 
 
 def test_help_groups_flags_as_tritonserver_does() -> None:

@@ -113,6 +113,7 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
     ("GRPC", "--grpc-infer-thread-count", "<integer>",  # Triton 2.57
      "grpc.aio runs every call on the event loop; use --frontend-processes to serve on more cores"),
+    ("GRPC", "--grpc-max-response-pool-size", "<integer>", "no response pool to size"),  # Triton 2.56
     ("Sagemaker", "--sagemaker-thread-count", "<integer>", "the SageMaker listener runs on the event loop"),
     ("Vertex", "--vertex-ai-thread-count", "<integer>", "the Vertex AI listener runs on the event loop"),
     ("Backend", "--backend-directory", "<string>", "backends are Python packages found through entry points"),
@@ -141,8 +142,20 @@ def _grpc_infer_threads(text: str) -> str:
     return text
 
 
+def _grpc_response_pool(text: str) -> str:
+    """--grpc-max-response-pool-size, refused below 1 as Triton refuses it."""
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise argparse.ArgumentTypeError("Error: --grpc-max-response-pool-size must be greater than 0.")
+    return text
+
+
 # The accepted-with-a-warning flags whose value is still checked as tritonserver checks it.
-_IGNORED_TYPES = {"--grpc-infer-thread-count": _grpc_infer_threads}
+_IGNORED_TYPES = {"--grpc-infer-thread-count": _grpc_infer_threads,
+                  "--grpc-max-response-pool-size": _grpc_response_pool}
 # Flags only triton-serve has.
 OWN_GROUP = "triton-serve"
 # The help's groups, in tritonserver --help's order, then ours.

@@ -61,6 +61,7 @@ def platform_options_from_args(args: argparse.Namespace) -> PlatformOptions:
         options.sagemaker_port = args.sagemaker_port
         options.sagemaker_default_model = settings.default_model
         options.sagemaker_ping_mode = settings.ping_mode
+        options.sagemaker_inference_type = settings.inference_type
     if allow_vertex:
         vertex = VertexAiSettings.from_environment(args.vertex_ai_default_model)
         options.vertex_ai_port = vertex_port

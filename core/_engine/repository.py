@@ -25,7 +25,7 @@ from .repo_agents import AgentChain, agent_chain
 from .route import ModelRoute
 from .scheduling import InstancePool, ModelContext, Scheduler
 from .sources import RepositorySource
-from .statistics import LatencySettings, ModelStats
+from .statistics import LatencySettings, ModelStats, model_latency_settings
 from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger(__name__)
@@ -408,10 +408,11 @@ class ModelRepository:
                     await model.agents.load_fail()
                 await self._reject(previous, model)
                 return model
+            latency = model_latency_settings(self.options.latency, config.model_metrics)
             for number in versions:
                 spec = ModelSpec(name, number, config, model_dir, model_dir / str(number),
                                  backend.default_model_filename if backend is not None else "", self.client)
-                model.versions[number] = ModelVersion(spec, stats=ModelStats(self.options.latency))
+                model.versions[number] = ModelVersion(spec, stats=ModelStats(latency))
             keep_previous = previous is not None and previous.is_serving()
             if not keep_previous:
                 self._put(model)  # the index shows it LOADING

@@ -188,6 +188,10 @@ def _as_uint(value: Any, name: str) -> int:
     return value
 
 
+# The most elements of one (batch entry of an) output that classification sorts, as Triton 2.66 bounds it.
+MAX_CLASSIFICATION_ELEMENTS = 1_000_000
+
+
 def classify(tensor: Tensor, count: Any, labels: list[str] | None, batching: bool) -> Tensor:
     """Triton's classification extension: the top ``count`` values as "value:index[:label]" strings."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -195,6 +199,8 @@ def classify(tensor: Tensor, count: Any, labels: list[str] | None, batching: boo
     if tensor.datatype == "BYTES":
         raise ServerError(f"output '{tensor.name}' holds BYTES and cannot be classified")
     rows = tensor.data.reshape((tensor.shape[0], -1)) if batching else tensor.data.reshape((1, -1))
+    if rows.shape[1] > MAX_CLASSIFICATION_ELEMENTS:  # Triton 2.66: per batch entry, before any sorting
+        raise ServerError("classification output tensor too large")
     k = min(count, rows.shape[1])
     result = np.empty((rows.shape[0], k), dtype=np.object_)
     for r, row in enumerate(rows):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import bisect
 import contextvars
+import dataclasses
+import logging
 import math
 import time
 from collections import deque
@@ -105,6 +107,27 @@ class LatencySettings:
     histograms: bool = False
     buckets_us: tuple[float, ...] = ()  # histogram upper bounds, in microseconds
     first_response_buckets_ms: tuple[float, ...] = ()
+
+
+# The one histogram family whose buckets a model's config.pbtxt may set (model_metrics, Triton 2.52).
+CUSTOMIZABLE_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+
+
+def model_latency_settings(settings: LatencySettings | None, model_metrics: Any) -> LatencySettings | None:
+    """``settings`` with the buckets a model's ``model_metrics { metric_control [...] }`` sets (Triton 2.52):
+    each control naming a customizable family replaces that family's buckets; another family is warned about
+    and skipped, as Triton's core does."""
+    if settings is None:
+        return None
+    for control in model_metrics.metric_control:
+        family = control.metric_identifier.family
+        if family != CUSTOMIZABLE_HISTOGRAM:
+            logging.getLogger("triton_serve").warning(
+                "Metric family '%s' in 'metric_identifier' is not a customizable metric in Triton core.", family)
+            continue
+        buckets = tuple(sorted(set(control.histogram_options.buckets)))
+        settings = dataclasses.replace(settings, first_response_buckets_ms=buckets)
+    return settings
 
 
 class Histogram:

@@ -22,6 +22,7 @@ class PlatformOptions:
     sagemaker_port: int | None = None
     sagemaker_default_model: str = UNSPECIFIED_MODEL
     sagemaker_ping_mode: str = "ready"
+    sagemaker_inference_type: str = "infer"  # SAGEMAKER_TRITON_INFERENCE_TYPE
     vertex_ai_port: int | None = None
     vertex_ai_predict_route: str = ""
     vertex_ai_health_route: str = ""
@@ -47,7 +48,8 @@ async def bind_platform_listeners(api: DataPlaneAPI, options: PlatformOptions, *
         default_model = await resolve_default_model(api, vertex)
         apps.append((vertex_ai_app(api, triton, vertex, default_model), options.vertex_ai_port, "Vertex AI"))
     if options.sagemaker_port is not None:
-        sagemaker = SageMakerSettings(options.sagemaker_default_model, options.sagemaker_ping_mode)
+        sagemaker = SageMakerSettings(options.sagemaker_default_model, options.sagemaker_ping_mode,
+                                      options.sagemaker_inference_type)
         apps.append((sagemaker_app(api, triton, sagemaker), options.sagemaker_port, "SageMaker"))
     bound: list[tuple[ASGIApp, socket.socket]] = []
     try:

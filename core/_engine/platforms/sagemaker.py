@@ -15,6 +15,8 @@ log = logging.getLogger("triton_serve")
 BINARY_MIME = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 PING_MODE_ENV = "SAGEMAKER_TRITON_PING_MODE"
+INFERENCE_TYPE_ENV = "SAGEMAKER_TRITON_INFERENCE_TYPE"  # Triton 2.56: what /invocations runs
+INFERENCE_TYPES = ("infer", "generate", "generate_stream")
 UNSPECIFIED_MODEL = "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
 MODELS_PATH = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")
@@ -34,10 +36,12 @@ class SageMakerSettings:
 
     default_model: str = UNSPECIFIED_MODEL  # SAGEMAKER_TRITON_DEFAULT_MODEL_NAME
     ping_mode: str = "ready"  # SAGEMAKER_TRITON_PING_MODE: ready or live
+    inference_type: str = "infer"  # SAGEMAKER_TRITON_INFERENCE_TYPE: infer, generate or generate_stream
 
     @classmethod
     def from_environment(cls) -> SageMakerSettings:
-        return cls(os.environ.get(DEFAULT_MODEL_ENV, UNSPECIFIED_MODEL), os.environ.get(PING_MODE_ENV, "ready"))
+        return cls(os.environ.get(DEFAULT_MODEL_ENV, UNSPECIFIED_MODEL), os.environ.get(PING_MODE_ENV, "ready"),
+                   os.environ.get(INFERENCE_TYPE_ENV, "infer"))
 
 
 def out_of_memory_status(status: int, body: bytes) -> int:
@@ -61,12 +65,23 @@ def sagemaker_app(api: DataPlaneAPI, triton: ASGIApp, settings: SageMakerSetting
             healthy = await (api.live() if settings.ping_mode == "live" else api.server_ready())
             await reply(send, 200 if healthy else 400)
         elif path == "/invocations":
-            await forward(triton, scope, receive, send, path=f"/v2/models/{settings.default_model}/infer",
-                          method=method, binary_mime=BINARY_MIME, status_of_error=out_of_memory_status)
+            await _invocations(scope, receive, send, method)
         elif (match := MODELS_PATH.fullmatch(path)) is not None:
             await _multi_model(scope, receive, send, match[1] or "", match[2] or "")
         else:
             await reply(send, 400)
+
+    async def _invocations(scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        kind = settings.inference_type
+        if kind not in INFERENCE_TYPES:  # tritonserver answers each call so; Triton's serve script refuses to start
+            await reply(send, 500, {"error": f"Server has invalid inference type '{kind}'. Must be one of: infer, "
+                                             "generate, generate_stream."})
+        elif kind == "infer":
+            await forward(triton, scope, receive, send, path=f"/v2/models/{settings.default_model}/infer",
+                          method=method, binary_mime=BINARY_MIME, status_of_error=out_of_memory_status)
+        else:  # the generate extension's JSON (and server-sent events for generate_stream), as KServe v2 answers
+            await forward(triton, scope, receive, send, path=f"/v2/models/{settings.default_model}/{kind}",
+                          method=method)
 
     async def _multi_model(scope: Scope, receive: Receive, send: Send, name: str, action: str) -> None:
         # No archive is registered at run time (MME_LOAD_UNSUPPORTED), so the loaded list is always empty:

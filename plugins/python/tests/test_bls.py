@@ -107,6 +107,25 @@ class TritonPythonModel:
                 else:
                     msg = "empty final response"
             out = np.array(values, np.int32)
+        elif mode == "cancel_stream":  # the iterator's cancel() after the first response
+            responses = pb_utils.InferenceRequest(model_name="ticker", requested_output_names=["OUT"],
+                                                  inputs=[pb_utils.Tensor("IN", np.array([0], np.int32))]
+                                                  ).exec(decoupled=True)
+            values = []
+            for response in responses:  # ends, with a CANCELLED error
+                if response.has_error():
+                    msg = f"CANCELLED: {response.error().code() == pb_utils.TritonError.CANCELLED}"
+                else:
+                    values.append(int(pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()[0]))
+                    responses.cancel()
+            responses.cancel()  # finished: nothing to cancel
+            seen = pb_utils.InferenceRequest(model_name="ticker", requested_output_names=["OUT"],
+                                             inputs=[pb_utils.Tensor("IN", np.array([-1], np.int32))]
+                                             ).exec(decoupled=True)
+            out = np.array(values[:1] + [int(pb_utils.get_output_tensor_by_name(next(seen), "OUT").as_numpy()[0])],
+                           np.int32)
+            for _ in seen:  # its final response
+                pass
         elif mode == "ensemble":
             response = pb_utils.InferenceRequest(model_name="doubler", requested_output_names=["SUM"],
                                                  inputs=[pb_utils.Tensor("A", a)]).exec()
@@ -191,6 +210,36 @@ class TritonPythonModel:
         return None
 """
 
+# A decoupled model that streams a count every 10 ms until its request is cancelled (IN[0] < 0: sends how
+# many cancellations it saw instead).
+TICKER = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seen = 0
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            if pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0] < 0:
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([self.seen], np.int32))]))
+            else:
+                deadline = time.monotonic() + 20
+                i = 0
+                while not request.is_cancelled() and time.monotonic() < deadline:
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], np.int32))]))
+                    i += 1
+                    time.sleep(0.01)
+                self.seen += request.is_cancelled()
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 # An ensemble over add_sub: SUM = A + A.
 DOUBLER = """
 name: "doubler"
@@ -225,6 +274,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, kit: Any) -> Iterator[Runni
                  { name: "OUTPUT1", data_type: TYPE_INT32, dims: [ 4 ] } ]
     """)
     kit.write_model(repo, "square", SQUARE, "model_transaction_policy { decoupled: true }\n" + INT_IO)
+    kit.write_model(repo, "ticker", TICKER, "model_transaction_policy { decoupled: true }\n" + INT_IO)
     kit.write_model(repo, "relay", RELAY, "model_transaction_policy { decoupled: true }\n" + INT_IO)
     kit.write_model(repo, "crasher", CRASHER, X_TO_Y)
     kit.write_model(repo, "sleeper", SLEEPER, X_TO_Y)
@@ -266,6 +316,12 @@ def test_async_exec_runs_requests_concurrently(kit: Any, client: httpclient.Infe
 def test_streaming_bls_yields_every_response_of_a_decoupled_model(kit: Any, client: httpclient.InferenceServerClient,
                                                                   mode: str) -> None:
     assert call(kit, client, mode) == ([0, 1, 2, 3], "empty final response")
+
+
+def test_cancel_on_a_streaming_bls_iterator_cancels_the_called_request(
+        kit: Any, client: httpclient.InferenceServerClient) -> None:
+    # the iterator ends with a CANCELLED error; the ticker saw is_cancelled() and stopped
+    assert call(kit, client, "cancel_stream") == ([0, 1], "CANCELLED: True")
 
 
 @pytest.mark.parametrize("mode, message", [

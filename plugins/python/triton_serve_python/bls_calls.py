@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -19,6 +20,7 @@ from .protocol import InlineResponse
 DEFAULT_WAIT_S = 30.0  # how long a BLS request without a timeout waits for each response
 _SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 _EMPTY: InlineResponse = ([], {}, None)
+_EARLY_CANCELS = 64  # cancel_bls calls kept for streams that have not started yet (older ones are forgotten)
 
 
 def pack_core_response(response: InferenceResponse) -> InlineResponse:
@@ -60,9 +62,23 @@ class BlsCalls:
     def __init__(self, client: InferenceClient, open_requests: OpenRequests) -> None:
         self._client = client
         self._open_requests = open_requests
+        self._streams: dict[Any, InferenceRequest] = {}  # infer_stream calls by the worker's cancel key
+        self._early: OrderedDict[Any, None] = OrderedDict()  # keys cancelled before their stream started
 
     def handlers(self) -> dict[str, Any]:
-        return {"infer": self.infer, "infer_stream": self.infer_stream}
+        return {"infer": self.infer, "infer_stream": self.infer_stream, "cancel_bls": self.cancel_bls}
+
+    def cancel_bls(self, key: Any) -> None:
+        """The response iterator's ``cancel()`` (python_backend 25.04, Triton 2.57): cancel that streaming
+        request as a client cancels one; the called model sees ``is_cancelled()`` and the stream ends with a
+        CANCELLED error."""
+        request = self._streams.get(key)
+        if request is not None:
+            request.cancel()
+            return
+        self._early[key] = None  # the notification overtook its call
+        while len(self._early) > _EARLY_CANCELS:
+            self._early.popitem(last=False)
 
     async def infer(self, packed: dict[str, Any]) -> InlineResponse:
         """Run a request on a model that is not decoupled: its one response."""
@@ -102,6 +118,11 @@ class BlsCalls:
         watcher = asyncio.get_running_loop().create_task(_cancel_with(parents, request)) if parents else None
         if parent_keys and not parents and all(self._open_requests.is_cancelled(key) for key in parent_keys):
             request.cancel()  # every calling request was cancelled already (and so ended)
+        cancel_key = packed.get("cancel_key")
+        if cancel_key is not None:
+            self._streams[cancel_key] = request
+            if self._early.pop(cancel_key, 0) is None:
+                request.cancel()
         try:
             while True:
                 try:
@@ -115,6 +136,8 @@ class BlsCalls:
                 if final:
                     return
         finally:
+            if cancel_key is not None:
+                self._streams.pop(cancel_key, None)
             if watcher is not None:
                 watcher.cancel()
             if not request.finished:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ _CODES = {name: code for code, name in CODE_NAMES.items()}
 # The server's keys of the requests whose ``execute`` is running in this context (the runner sets them; tasks
 # and ``asyncio.to_thread`` inherit them): a BLS request made there is cancelled when they all are.
 calling_requests: ContextVar[tuple[int, ...]] = ContextVar("calling_requests", default=())
+_cancel_keys = itertools.count(1)  # names this worker's streaming BLS requests for ResponseIterator.cancel
 
 
 def pack_response(response: InferenceResponse) -> InlineResponse:
@@ -68,18 +70,58 @@ def execute(request: InferenceRequest) -> InferenceResponse:
         return _failed(failure)
 
 
-def execute_streaming(request: InferenceRequest) -> Iterator[InferenceResponse]:
+class ResponseIterator:
+    """What ``exec(decoupled=True)`` returns: the responses of a decoupled model as they come, the last one
+    possibly empty. ``cancel()`` (python_backend 25.04, Triton 2.57) cancels the request unless its last
+    response came already, as a client cancels one: the called model sees ``is_cancelled()``, and the
+    iterator ends with a CANCELLED error response (Triton's yields what the model still sends until it ends
+    the request; here, as for a client's cancellation, those later responses are dropped)."""
+
+    def __init__(self, request: InferenceRequest) -> None:
+        self._key = next(_cancel_keys)
+        self._responses = self._stream(request)
+        self._finished = False
+
+    def _stream(self, request: InferenceRequest) -> Iterator[InferenceResponse]:
+        packed = {**pack_request(request), "cancel_key": self._key}
+        try:
+            for response in server_link("InferenceRequest.exec").call_stream("infer_stream", packed):
+                yield unpack_response(response)
+        except CallFailed as failure:
+            yield _failed(failure)
+
+    def __iter__(self) -> ResponseIterator:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        try:
+            return next(self._responses)
+        except StopIteration:
+            self._finished = True
+            raise
+
+    def cancel(self) -> None:
+        """Cancel the request, as a client cancels one; nothing once its last response came."""
+        if not self._finished:
+            server_link("ResponseIterator.cancel").notify("cancel_bls", self._key)
+
+
+def execute_streaming(request: InferenceRequest) -> ResponseIterator:
     """Run ``request`` on a decoupled model: its responses as they come, the last one possibly empty."""
-    stream = server_link("InferenceRequest.exec").call_stream("infer_stream", pack_request(request))
-    try:
-        for packed in stream:
-            yield unpack_response(packed)
-    except CallFailed as failure:
-        yield _failed(failure)
+    return ResponseIterator(request)
+
+
+class _Collected(ResponseIterator):
+    """``async_exec(decoupled=True)``'s iterator: every response was read before it returned, so, as for
+    python_backend's iterator once its last response came, ``cancel()`` does nothing."""
+
+    def __init__(self, responses: list[InferenceResponse]) -> None:
+        self._responses = iter(responses)
+        self._finished = True
 
 
 async def execute_async(request: InferenceRequest, decoupled: bool) -> Any:
     """``exec`` in a thread, so an ``async def execute`` can await several requests at once."""
     if decoupled:
-        return await asyncio.to_thread(lambda: list(execute_streaming(request)))
+        return _Collected(await asyncio.to_thread(lambda: list(execute_streaming(request))))
     return await asyncio.to_thread(execute, request)
