@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -24,6 +25,13 @@ from triton_serve.testing import free_port
 EXAMPLES = Path(__file__).parent / "examples"
 
 
+# Runs the script as a terminal would start it: Ctrl+C (SIGINT) unblocked and raising KeyboardInterrupt, whatever
+# the test process's own signal state is (a child inherits ignored and blocked signals).
+_AS_FROM_A_TERMINAL = ("import os, runpy, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+                       "signal.signal(signal.SIGINT, signal.default_int_handler); sys.argv = sys.argv[1:]; "
+                       "sys.path[0] = os.path.dirname(sys.argv[0]); runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 class Example:
     """A script serving in a subprocess on free ports (given through PyTriton's environment variables)."""
 
@@ -36,8 +44,11 @@ class Example:
                            PYTRITON_TRITON_CONFIG_HTTP_ADDRESS="127.0.0.1",
                            PYTRITON_TRITON_CONFIG_GRPC_ADDRESS="127.0.0.1",
                            PYTRITON_TRITON_CONFIG_METRICS_ADDRESS="127.0.0.1")
-        self.process = subprocess.Popen([sys.executable, str(EXAMPLES / script)], env=environment,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        # Its output goes to a file, not a pipe: a pipe nobody reads until the end fills, and then blocks the
+        # script (its server logs a line per request at some log levels).
+        self.output = tempfile.TemporaryFile()
+        self.process = subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL, str(EXAMPLES / script)],
+                                        env=environment, stdout=self.output, stderr=subprocess.STDOUT)
         self.http = httpclient.InferenceServerClient(f"127.0.0.1:{self.http_port}")
         self.grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
         self.made: list[object] = [self.http, self.grpc]
@@ -45,7 +56,8 @@ class Example:
         while not self._ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.process.kill()
-                output = self.process.communicate(timeout=10)[0].decode(errors="replace")
+                self.process.wait(timeout=10)
+                output = self._read_output()
                 raise AssertionError(f"{script} did not become ready:\n{output}")
             time.sleep(0.1)
 
@@ -63,16 +75,24 @@ class Example:
         except Exception:  # not listening yet
             return False
 
+    def _read_output(self) -> str:
+        self.output.seek(0)
+        text = self.output.read().decode(errors="replace")
+        self.output.close()
+        return text
+
     def stop(self) -> str:
         """SIGINT (Ctrl+C), as a user stops PyTriton's serve(); the script must exit cleanly."""
         for client in self.made:
             client.close()  # type: ignore[attr-defined]
         self.process.send_signal(signal.SIGINT)
         try:
-            output = self.process.communicate(timeout=30)[0].decode(errors="replace")
+            self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            raise
+            self.process.wait(timeout=10)
+            raise AssertionError(f"the script did not stop within 30 s of SIGINT:\n{self._read_output()}") from None
+        output = self._read_output()
         assert self.process.returncode == 0, output
         return output
 
@@ -89,6 +109,7 @@ def example() -> Iterator[Callable[[str, str], Example]]:
     for running in started:
         if running.process.poll() is None:
             running.stop()
+        running.output.close()
 
 
 def _inputs(module: object, **arrays: np.ndarray) -> list[object]:
