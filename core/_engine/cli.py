@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
 from .errors import ServerError
 from .frontend_pool import default_process_count
@@ -76,24 +77,22 @@ def _backend_config(text: str) -> tuple[str, dict[str, str]]:
     return name, {setting: value}
 
 
-def _frontend_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of processes (0 or more), got '{text}'")
-    return count
+def _whole_number(low: int, high: int | None, message: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (None: no limit), else ``message`` (``{text}``
+    is the value given)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(message.format(text=text))
+        return value
+    return parse
 
 
-def _poll_secs(text: str) -> int:
-    try:
-        seconds = int(text)
-    except ValueError:
-        seconds = -1
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds (0 or more), got '{text}'")
-    return seconds
+_frontend_count = _whole_number(0, None, "expected a number of processes (0 or more), got '{text}'")
+_poll_secs = _whole_number(0, None, "expected a number of seconds (0 or more), got '{text}'")
 
 
 def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
@@ -130,27 +129,19 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
 ]
 
 
-def _grpc_infer_threads(text: str) -> str:
-    """--grpc-infer-thread-count, refused outside Triton's range as Triton refuses it."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if not 2 <= count <= 128:
-        raise argparse.ArgumentTypeError("invalid argument for --grpc_infer_thread_count. Must be in the range "
-                                         "2 to 128.")
-    return text
+def _checked_only(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type that refuses what ``check`` refuses and keeps the value as given (an ignored flag's)."""
+    def parse(text: str) -> str:
+        check(text)
+        return text
+    return parse
 
 
-def _grpc_response_pool(text: str) -> str:
-    """--grpc-max-response-pool-size, refused below 1 as Triton refuses it."""
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size <= 0:
-        raise argparse.ArgumentTypeError("Error: --grpc-max-response-pool-size must be greater than 0.")
-    return text
+# --grpc-infer-thread-count and --grpc-max-response-pool-size, refused as Triton refuses them
+_grpc_infer_threads = _checked_only(_whole_number(2, 128, "invalid argument for --grpc_infer_thread_count. Must be "
+                                                          "in the range 2 to 128."))
+_grpc_response_pool = _checked_only(_whole_number(1, None, "Error: --grpc-max-response-pool-size must be greater "
+                                                           "than 0."))
 
 
 # The accepted-with-a-warning flags whose value is still checked as tritonserver checks it.

@@ -2,20 +2,19 @@
 process finds them again. Imported by front-end processes, so it imports nothing of the model owner's."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from . import hookspecs
 from .errors import ServerError, Status
+from .http.error_guard import App as AsgiApp
 
 if TYPE_CHECKING:
     from .openai_listener import OpenAIOptions
     from .seam import DataPlaneAPI
 
-AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[MutableMapping[str, Any]]],
-                    Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 # (the data-plane seam, --http-max-input-size) -> the ASGI app serving a plugin's paths.
 HttpAppFactory = Callable[["DataPlaneAPI", int], AsgiApp]
 # The same, given the --openai-* flags too (``add(..., openai_options=True)``).

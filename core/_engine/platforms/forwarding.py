@@ -3,14 +3,10 @@ path, and their binary-data MIME type in place of the Inference-Header-Content-L
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from ..http.error_guard import App as ASGIApp, Message, Receive, Scope, Send
 
 HEADER_LENGTH = b"inference-header-content-length"
 # Headers the platforms' front-ends do not honour (Triton: identity compression both ways).
