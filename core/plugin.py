@@ -31,7 +31,8 @@ from ._engine.seam import DataPlaneAPI, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
 from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
-from ._engine.wire import TensorLayout, TensorRef, WireError, decode_error, encode_error, pack_tensors, read_tensor
+from ._engine.wire import (TensorLayout, TensorRef, WireError, decode_error, encode_error, pack_tensors, read_tensor,
+                           tensor_from)
 
 __all__ = [
     # hooks and registries
@@ -44,7 +45,7 @@ __all__ = [
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
     # tensors and errors across a process boundary (one binary form: wire.py)
-    "TensorRef", "TensorLayout", "pack_tensors", "read_tensor", "WireError", "encode_error", "decode_error",
+    "TensorRef", "TensorLayout", "pack_tensors", "read_tensor", "tensor_from", "WireError", "encode_error", "decode_error",
     # batches
     "concat_inputs", "split_outputs", "request_batch_size",
     # model configuration (Triton's model_config.proto messages)

@@ -3,13 +3,18 @@ BYTES, zero-sized, 0-d and large tensors and shared-memory inputs cross unchange
 the frames. (The Python backend's and Ray's boundaries have the same test in their plugins.)"""
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
-from triton_serve._engine import channel
+from triton_serve._engine import channel, inference
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestedOutput, ServerError, Status, Tensor,
-                                 TensorLayout, decode_error, encode_error, pack_tensors, read_tensor)
-from triton_serve.testing import assert_same_tensor, wire_samples
+                                 TensorLayout, decode_error, encode_error, pack_tensors, read_tensor, tensor_from)
+from triton_serve.testing import EXAMPLE_REPOSITORY, assert_same_tensor, wire_samples
 
 SAMPLES = wire_samples()
 
@@ -91,3 +96,41 @@ def test_responses_and_errors_cross_the_front_end_channel_unchanged(piece: int) 
     assert error[0] is not None and error[0].error is not None
     assert (error[0].error.message, error[0].error.status) == ("boom", Status.UNAVAILABLE)
     assert last == (None, True, None)
+
+
+def test_a_wire_tensor_keeps_its_bytes_until_data_is_asked_for() -> None:
+    [ref], data = pack_tensors([("s", "BYTES", np.array([[b"a", b"\xff\x00", b""]], dtype=object))])
+    tensor = tensor_from(data, ref)
+    assert tensor.wire is not None and bytes(tensor.wire_bytes()) == bytes(data) and tensor.size == 3
+    tensor.reshape((3, 1))
+    layout = TensorLayout(1)
+    assert layout.add_tensor(tensor) == ("s", "BYTES", (3, 1), 0, len(data)) and layout.tobytes() == data
+    assert tensor.data.tolist() == [[b"a"], [b"\xff\x00"], [b""]]
+    tensor.data = np.array([b"b"], dtype=object)  # a new value drops the wire bytes
+    assert tensor.wire is None and bytes(tensor.wire_bytes()) == b"\x01\x00\x00\x00b"
+    with pytest.raises(ValueError, match="expected 2 BYTES elements, found 3"):
+        tensor_from(data, ("s", "BYTES", (2,), 0, len(data)))
+
+
+def test_bytes_cross_the_model_owner_in_wire_form(tserve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BYTES a client sends reach a Python model's worker, and the worker's BYTES outputs reach the client, without
+    the model owner decoding them into objects (here it cannot), over binary HTTP and gRPC."""
+    pytest.importorskip("triton_serve_python")
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    shutil.copytree(EXAMPLE_REPOSITORY / "identity_bytes", tmp_path / "identity_bytes")
+    server = tserve(tmp_path, backend_config={"python": {"shm-region-prefix-name": f"tsw_{os.getpid()}_"}})
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError("the model owner decoded a BYTES tensor")
+
+    monkeypatch.setattr(inference, "from_wire_bytes", refuse)
+    text = np.array([[b"hello", b"", "w\u00f6rld".encode(), b"\x00\xff"]], dtype=object)
+    for client_module, client in ((httpclient, httpclient.InferenceServerClient(server.http_url)),
+                                  (grpcclient, grpcclient.InferenceServerClient(server.grpc_url))):
+        given = client_module.InferInput("INPUT0", list(text.shape), "BYTES")
+        given.set_data_from_numpy(text)
+        result = client.infer("identity_bytes", [given])
+        assert result.as_numpy("OUTPUT0").tolist() == text.tolist()
+        client.close()

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 
 from .datatypes import BY_NAME
-from .errors import ServerError
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from .frontend_trace import FrontendTrace
-from .wire import TensorLayout, TensorRef, decode_error, encode_error, read_tensor
+from .wire import TensorLayout, TensorRef, decode_error, encode_error, tensor_from
 
 HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes
 
@@ -112,7 +111,7 @@ def _tensors(tensors: list[Tensor]) -> tuple[list[tuple[TensorRef, dict[str, Any
         if tensor.parameters and "shared_memory_region" in tensor.parameters:
             ref: TensorRef = (tensor.name, tensor.datatype, tuple(tensor.shape), 0, 0)
         else:
-            ref = layout.add(tensor.name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
+            ref = layout.add_tensor(tensor)
         described.append((ref, tensor.parameters or None))
     return described, layout.tobytes()
 
@@ -121,10 +120,9 @@ def _arrays(described: list[tuple[TensorRef, dict[str, Any] | None]], data: memo
     tensors = []
     for ref, parameters in described:
         if parameters and "shared_memory_region" in parameters:  # its bytes are in a shared-memory region
-            array = np.empty(0, BY_NAME[ref[1]].numpy)
+            tensors.append(Tensor(ref[0], ref[1], ref[2], np.empty(0, BY_NAME[ref[1]].numpy), parameters))
         else:
-            array = read_tensor(data, ref)
-        tensors.append(Tensor(ref[0], ref[1], ref[2], array, parameters or {}))
+            tensors.append(tensor_from(data, ref, parameters))
     return tensors
 
 

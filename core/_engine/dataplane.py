@@ -7,8 +7,6 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
-
 from .. import __version__
 from .caching import ResponseCache
 from .config import config_to_json
@@ -198,8 +196,7 @@ class DataPlane:
         digest = hashlib.sha256(f"{request.model_name}\0{found.version}".encode())
         for tensor in sorted(request.inputs.values(), key=lambda t: t.name):
             digest.update(f"\0{tensor.name}\0{tensor.datatype}\0{tensor.shape}\0".encode())
-            data = tensor.data
-            digest.update(repr(data.tolist()).encode() if data.dtype.kind == "O" else np.ascontiguousarray(data).data)
+            digest.update(tensor.wire_bytes())  # the same bytes whichever protocol or form the tensor came in
         for output in request.outputs:
             digest.update(f"\0out\0{output.name}\0{sorted(output.parameters.items())}".encode())
         return digest.hexdigest()
@@ -337,6 +334,9 @@ class _ResponseFinisher:
                     response = self.found.route.shape(request, response)
                 except ServerError as error:
                     response = InferenceResponse.from_error(error)
+                except Exception as error:  # a bug must fail the request, not leave its client waiting
+                    log.exception("shaping the response of model '%s' failed", request.model_name)
+                    response = InferenceResponse.from_error(unexpected(error))
             lease = self.lease
             if response.error is None and self.cache is not None:
                 cached = detached(response) if lease is not None and lease.views else response

@@ -100,7 +100,24 @@ class StringCountError(ValueError):
                f"got {self.found}"
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
+def check_bytes_elements(buffer: bytes | bytearray | memoryview, count: int) -> None:
+    """Check that length-prefixed BYTES elements fill ``buffer`` exactly and number ``count``, without
+    decoding them (ValueError, StringCountError for a count)."""
+    view = memoryview(buffer)
+    unpack = struct.unpack_from
+    offset, end, found = 0, len(view), 0
+    while offset < end:
+        if end - offset < 4:
+            raise ValueError("truncated length prefix in BYTES tensor data")
+        offset += 4 + unpack("<I", view, offset)[0]
+        if offset > end:
+            raise ValueError("BYTES element runs past the end of the tensor data")
+        found += 1
+    if found != count:
+        raise StringCountError(count, found)
+
+
+def deserialize_bytes(buffer: bytes | bytearray | memoryview, count: int | None = None) -> np.ndarray:
     """Decode length-prefixed elements into a 1-D object array of bytes.
 
     With ``count`` given, exactly that many elements must fill the buffer exactly.
@@ -134,7 +151,7 @@ def to_wire_bytes(datatype: str, array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
-def from_wire_bytes(datatype: str, shape: tuple[int, ...], buffer: bytes | memoryview) -> np.ndarray:
+def from_wire_bytes(datatype: str, shape: tuple[int, ...], buffer: bytes | bytearray | memoryview) -> np.ndarray:
     """Build an array of ``shape`` from raw wire bytes; raise ValueError if the size is wrong."""
     count = element_count(shape)
     if datatype == "BYTES":

@@ -10,20 +10,75 @@ from typing import Any
 
 import numpy as np
 
+from .datatypes import check_bytes_elements, element_count, from_wire_bytes, to_wire_bytes
 from .errors import ServerError, Status
 
 Parameters = dict[str, Any]
 
 
-@dataclass(slots=True)
 class Tensor:
-    """A named tensor. ``data`` is a numpy array; BYTES tensors hold an object array of ``bytes``."""
+    """A named tensor. ``data`` is a numpy array; BYTES tensors hold an object array of ``bytes``.
 
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-    data: np.ndarray
-    parameters: Parameters = field(default_factory=dict)
+    A tensor made by ``from_wire`` keeps the bytes it arrived in (``wire``: numbers little-endian, BYTES
+    length-prefixed, as KServe's binary extension and every process boundary carry them) and builds ``data``
+    from them only when something asks: BYTES sent by a client reach a Python model's worker, and a worker's
+    outputs reach the client, without becoming Python objects or copies in between. Setting ``data`` drops
+    the wire bytes.
+    """
+
+    __slots__ = ("name", "datatype", "shape", "parameters", "wire", "_data")
+
+    def __init__(self, name: str, datatype: str, shape: tuple[int, ...], data: np.ndarray,
+                 parameters: Parameters | None = None) -> None:
+        self.name = name
+        self.datatype = datatype
+        self.shape = shape
+        self.parameters: Parameters = parameters if parameters is not None else {}
+        self.wire: bytes | bytearray | memoryview | None = None
+        self._data: np.ndarray | None = data
+
+    @classmethod
+    def from_wire(cls, name: str, datatype: str, shape: tuple[int, ...], buffer: bytes | bytearray | memoryview,
+                  parameters: Parameters | None = None) -> Tensor:
+        """A tensor over ``buffer``, its elements in wire form (``buffer`` must not change afterwards). Raise
+        ValueError (StringCountError for a BYTES count) when ``buffer`` does not hold ``shape``'s elements."""
+        if datatype == "BYTES":
+            check_bytes_elements(buffer, element_count(shape))
+            data = None
+        else:
+            data = from_wire_bytes(datatype, shape, buffer)
+        tensor = cls(name, datatype, shape, data, parameters)  # type: ignore[arg-type]
+        tensor.wire = buffer
+        return tensor
+
+    @property
+    def data(self) -> np.ndarray:
+        if self._data is None:
+            self._data = from_wire_bytes(self.datatype, self.shape, self.wire)  # type: ignore[arg-type]
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value
+        self.wire = None
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return element_count(self.shape) if self._data is None else int(self._data.size)
+
+    def reshape(self, shape: tuple[int, ...]) -> None:
+        """Give the tensor a new shape of the same element count (the wire bytes, if kept, stay as they are)."""
+        if self._data is not None:
+            self._data = self._data.reshape(shape)
+        self.shape = tuple(shape)
+
+    def wire_bytes(self) -> bytes | bytearray | memoryview:
+        """The elements in wire form: the bytes the tensor arrived in, or ``data`` encoded."""
+        return self.wire if self.wire is not None else to_wire_bytes(self.datatype, self.data)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.datatype}, shape={list(self.shape)})"
 
 
 @dataclass(slots=True)

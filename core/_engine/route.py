@@ -100,8 +100,7 @@ class ModelRoute:
                                   f"Expected {expected}, got {list(tensor.shape)}")
             if rule.reshape is not None:
                 prefix = tensor.shape[:1] if batching else ()
-                tensor.data = tensor.data.reshape(prefix + rule.reshape)
-                tensor.shape = tuple(tensor.data.shape)
+                tensor.reshape(prefix + rule.reshape)
         for output in request.outputs:
             if output.name not in self.outputs:
                 raise ServerError(f"unexpected inference output '{output.name}' for model '{name}'")
@@ -138,15 +137,14 @@ class ModelRoute:
             # goes through, except that an output whose config has ``reshape`` must hold its config dims' elements.
             if rule.reshape is not None and (tensor.shape or not batching) and -1 not in rule.dims:
                 prefix = tensor.shape[:1] if batching else ()
-                if element_count(prefix + rule.dims) != tensor.data.size:
+                if element_count(prefix + rule.dims) != tensor.size:
                     raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with shape "
                                    f"{list(tensor.shape)}, which cannot be reshaped to its config dims "
                                    f"{([-1] if batching else []) + list(rule.dims)}")
-                tensor.data = tensor.data.reshape(prefix + rule.dims)
-                tensor.shape = tuple(tensor.data.shape)
-            if element_count(tensor.shape) != tensor.data.size:
+                tensor.reshape(prefix + rule.dims)
+            if element_count(tensor.shape) != tensor.size:
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}' whose data holds "
-                               f"{tensor.data.size} elements for shape {list(tensor.shape)}")
+                               f"{tensor.size} elements for shape {list(tensor.shape)}")
             requested = wanted.get(tensor.name)
             if requested is not None and "classification" in requested.parameters:
                 tensor = classify(tensor, requested.parameters["classification"], self.labels.get(tensor.name),

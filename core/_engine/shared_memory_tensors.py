@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .datatypes import BY_NAME, deserialize_bytes, element_count, serialize_bytes
+from .datatypes import BY_NAME, deserialize_bytes, element_count
 from .errors import ServerError, internal
 from .inference import InferenceRequest, InferenceResponse, Parameters, Tensor
 from .shared_memory import Region, SharedMemoryRegistry
@@ -90,10 +90,10 @@ class SharedMemoryLease:
 
     @staticmethod
     def _write(tensor: Tensor, region: Region, offset: int, byte_size: int) -> Tensor:
-        if tensor.datatype == "BYTES":
-            data = memoryview(serialize_bytes(tensor.data))
-        else:
+        if tensor.wire is None and tensor.datatype != "BYTES":
             data = np.ascontiguousarray(tensor.data, BY_NAME[tensor.datatype].numpy).data.cast("B")
+        else:
+            data = memoryview(tensor.wire_bytes())
         if len(data) > byte_size:
             raise internal(f"shared memory size specified with the request for output '{tensor.name}' "
                            f"({byte_size} bytes) should be at least {len(data)} bytes to hold the results")
@@ -111,4 +111,5 @@ class SharedMemoryLease:
 def detached(response: InferenceResponse) -> InferenceResponse:
     """``response`` with outputs that own their data, for the response cache: a backend may return
     arrays that view a region's memory, which the client changes and unregisters."""
-    return replace(response, outputs=[replace(t, data=np.array(t.data)) for t in response.outputs])
+    return replace(response, outputs=[Tensor(t.name, t.datatype, t.shape, np.array(t.data), t.parameters)
+                                      for t in response.outputs])

@@ -15,9 +15,12 @@ import numpy as np
 
 from .datatypes import BY_NAME, from_wire_bytes, serialize_bytes
 from .errors import ServerError, Status
+from .inference import Parameters, Tensor
 
 # (name, datatype, shape, offset, byte size): where one tensor's bytes sit in a message's buffer
 TensorRef = tuple[str, str, tuple[int, ...], int, int]
+# Bytes a tensor's elements are laid out in
+Buffer = bytes | bytearray | memoryview
 # A ServerError on the wire: (message, status name)
 WireError = tuple[str, str]
 
@@ -29,19 +32,24 @@ class TensorLayout:
     def __init__(self, alignment: int = 8) -> None:
         self.alignment = alignment
         self.size = 0
-        self._pending: list[tuple[int, np.ndarray | bytes]] = []
+        self._pending: list[tuple[int, np.ndarray | Buffer]] = []
 
     def add(self, name: str, datatype: str, array: np.ndarray) -> TensorRef:
         """Lay out ``array`` (cast to ``datatype``'s element type if it is not already) and describe it."""
         shape = tuple(int(dim) for dim in array.shape)
-        payload: np.ndarray | bytes
         if datatype == "BYTES":
-            payload = serialize_bytes(array)
-            nbytes = len(payload)
-        else:
-            wire = BY_NAME[datatype].numpy
-            payload = array if array.dtype == wire else array.astype(wire)
-            nbytes = payload.size * wire.itemsize
+            return self._place(name, datatype, shape, serialize_bytes(array))
+        wire = BY_NAME[datatype].numpy
+        return self._place(name, datatype, shape, array if array.dtype == wire else array.astype(wire))
+
+    def add_tensor(self, tensor: Tensor) -> TensorRef:
+        """Lay out a Tensor: the wire bytes it keeps as they are, else its ``data``."""
+        if tensor.wire is None:
+            return self.add(tensor.name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
+        return self._place(tensor.name, tensor.datatype, tuple(tensor.shape), tensor.wire)
+
+    def _place(self, name: str, datatype: str, shape: tuple[int, ...], payload: np.ndarray | Buffer) -> TensorRef:
+        nbytes = payload.nbytes if isinstance(payload, (np.ndarray, memoryview)) else len(payload)
         offset = -(-self.size // self.alignment) * self.alignment
         self.size = offset + nbytes
         self._pending.append((offset, payload))
@@ -50,7 +58,7 @@ class TensorLayout:
     def write(self, buf: memoryview | bytearray) -> None:
         """Copy the tensors added since the last write into ``buf`` at their offsets."""
         for offset, payload in self._pending:
-            if isinstance(payload, bytes):
+            if not isinstance(payload, np.ndarray):
                 buf[offset:offset + len(payload)] = payload
             elif payload.size:
                 np.ndarray(payload.shape, payload.dtype, buffer=buf, offset=offset)[...] = payload
@@ -78,6 +86,15 @@ def read_tensor(buf: memoryview | bytes | bytearray, ref: TensorRef, copy: bool 
     _name, datatype, shape, offset, nbytes = ref
     array = from_wire_bytes(datatype, shape, memoryview(buf)[offset:offset + nbytes])
     return array.copy() if copy and datatype != "BYTES" else array
+
+
+def tensor_from(buf: Buffer, ref: TensorRef, parameters: Parameters | None = None, copy: bool = False) -> Tensor:
+    """The Tensor ``ref`` describes in ``buf``, keeping its bytes in wire form: a view of ``buf`` (which must not
+    change while the tensor lives), or with ``copy`` a copy (``buf`` is an arena its sender reuses). ValueError if
+    ``buf`` holds fewer or more bytes for it than its shape needs."""
+    name, datatype, shape, offset, nbytes = ref
+    view = memoryview(buf)[offset:offset + nbytes]
+    return Tensor.from_wire(name, datatype, shape, bytes(view) if copy else view, parameters)
 
 
 def encode_error(error: ServerError) -> WireError:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, TensorType, StringCountError, deserialize_bytes, element_count, to_wire_bytes
+from ..datatypes import BY_NAME, TensorType, StringCountError, element_count
 from ..errors import ServerError, unsupported
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
@@ -110,20 +110,20 @@ def decode_request(message: ModelInferRequest) -> InferenceRequest:
             if tensor.HasField("contents"):
                 raise ServerError(f"unexpected 'content' provided when using shared memory for input tensor "
                                   f"'{name}' for model '{model}'")
-            array = no_data(dt.name)
+            made = Tensor(name, dt.name, shape, no_data(dt.name), shared)
         elif tensor.HasField("contents"):
             if raw_count:
                 raise ServerError(f"contents field must not be specified when using raw_input_contents for "
                                   f"'{name}' for model '{model}'")
-            array = _typed_array(model, name, dt, shape, tensor.contents)
+            made = Tensor(name, dt.name, shape, _typed_array(model, name, dt, shape, tensor.contents))
         elif used < raw_count:
-            array = _raw_array(model, name, dt, shape, raw[used])
+            made = _raw_tensor(model, name, dt, shape, raw[used])
             used += 1
         else:
             raise ServerError(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
         if name in inputs:
             raise ServerError(f"input '{name}' is specified more than once for model '{model}'")
-        inputs[name] = Tensor(name, dt.name, shape, array, shared or {})
+        inputs[name] = made
     if used != raw_count:
         raise ServerError(f"unexpected additional input data for model '{model}': {raw_count} "
                           f"raw_input_contents for {used} input(s) without typed contents")
@@ -167,19 +167,19 @@ def _requested_output(output: Any) -> RequestedOutput:
     return RequestedOutput(output.name, parameters)
 
 
-def _raw_array(model: str, name: str, dt: TensorType, shape: tuple[int, ...], data: bytes) -> np.ndarray:
-    if dt.itemsize == 0:  # BYTES: 4-byte length prefixes
-        try:
-            return deserialize_bytes(data, element_count(shape)).reshape(shape)
-        except StringCountError as error:
-            raise ServerError(error.message(name, model)) from None
-        except ValueError as error:
-            raise ServerError(f"invalid BYTES data for input '{name}' for model '{model}': {error}") from None
-    expected = element_count(shape) * dt.itemsize
-    if len(data) != expected:
-        raise ServerError(f"input byte size mismatch for input '{name}' for model '{model}'. "
-                          f"Expected {expected}, got {len(data)}")
-    return np.frombuffer(data, dtype=dt.numpy).reshape(shape)
+def _raw_tensor(model: str, name: str, dt: TensorType, shape: tuple[int, ...], data: bytes) -> Tensor:
+    """An input from its ``raw_input_contents`` entry, kept in wire form (BYTES are only counted)."""
+    if dt.itemsize:
+        expected = element_count(shape) * dt.itemsize
+        if len(data) != expected:
+            raise ServerError(f"input byte size mismatch for input '{name}' for model '{model}'. "
+                              f"Expected {expected}, got {len(data)}")
+    try:
+        return Tensor.from_wire(name, dt.name, shape, data)
+    except StringCountError as error:
+        raise ServerError(error.message(name, model)) from None
+    except ValueError as error:
+        raise ServerError(f"invalid BYTES data for input '{name}' for model '{model}': {error}") from None
 
 
 def _typed_array(model: str, name: str, dt: TensorType, shape: tuple[int, ...],
@@ -219,6 +219,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest, mess
     raw = message.raw_output_contents
     for tensor in response.outputs:
         outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        raw.append(to_wire_bytes(tensor.datatype, tensor.data))
+        wire = tensor.wire_bytes()
+        raw.append(wire if type(wire) is bytes else bytes(wire))
     if response.parameters:
         params_to_proto(response.parameters, message.parameters)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type, to_wire_bytes
+from ..datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type
 from ..errors import ServerError, Status, internal
 from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ..protos.model_config_pb2 import ModelConfig
@@ -172,12 +172,11 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
         raise ServerError(f"input byte size mismatch for input '{name}' for model '{model_name}'. "
                           f"Expected {element_count(shape) * dt.itemsize}, got {size}")
     try:
-        array = from_wire_bytes(datatype, shape, binary[:size])
+        return Tensor.from_wire(name, datatype, shape, binary[:size]), size
     except StringCountError as error:
         raise ServerError(error.message(name, model_name)) from None
     except ValueError as error:
         raise ServerError(f"invalid binary data for input '{name}' for model '{model_name}': {error}") from None
-    return Tensor(name, datatype, shape, array), size
 
 
 def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version: int | None) -> InferenceRequest:
@@ -217,7 +216,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     """The response body and, when it carries binary blobs, the JSON header's length."""
     binary_default = request.parameters.get("binary_data_output", False) is True
     outputs_json: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
+    blobs: list[bytes | bytearray | memoryview] = []
     for tensor in response.outputs:
         params = tensor.parameters
         binary = params.get("binary_data", binary_default) is True
@@ -226,7 +225,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
         if REGION in params:  # written into shared memory: Triton sends only name, datatype and shape
             continue
         if binary:
-            blob = to_wire_bytes(tensor.datatype, tensor.data)
+            blob = tensor.wire_bytes()
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:

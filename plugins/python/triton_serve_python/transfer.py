@@ -3,10 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, ServerError, Status, Tensor, TensorLayout,
-                                 read_tensor)
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, TensorLayout, tensor_from
 
 from .protocol import RequestTuple, ResponseTuple
 
@@ -20,8 +17,7 @@ def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout
     """One request tuple per request for the worker; input tensors are laid out in ``layout``."""
     described: list[RequestTuple] = []
     for request in requests:
-        inputs = [layout.add(name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
-                  for name, tensor in request.inputs.items()]
+        inputs = [layout.add_tensor(tensor) for tensor in request.inputs.values()]
         flags = (_SEQUENCE_START if request.sequence_start else 0) | (_SEQUENCE_END if request.sequence_end else 0)
         parameters = request.parameters
         if not _CONSUMED_PARAMETERS.isdisjoint(parameters):
@@ -45,6 +41,6 @@ def read_responses(results: list[ResponseTuple | None],
             responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))
             continue
         refs, parameters, _ = result
-        outputs = [Tensor(ref[0], ref[1], ref[2], read_tensor(output_buffer, ref, copy=True)) for ref in refs]
+        outputs = [tensor_from(output_buffer, ref, copy=True) for ref in refs]
         responses.append(InferenceResponse(outputs, parameters))
     return responses

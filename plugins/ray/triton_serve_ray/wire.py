@@ -10,23 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestedOutput, ServerError, Tensor, TensorRef,
-                                 WireError, decode_error, encode_error, pack_tensors, read_tensor)
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestedOutput, ServerError, Tensor, TensorLayout,
+                                 TensorRef, WireError, decode_error, encode_error, tensor_from)
 
 # Tensors in wire form: their TensorRefs with each one's parameters, and the buffer of their bytes.
 WireTensors = tuple[list[tuple[TensorRef, dict[str, Any]]], bytes]
 
 
 def pack(tensors: list[Tensor]) -> WireTensors:
-    refs, data = pack_tensors((t.name, t.datatype, np.asarray(t.data).reshape(t.shape)) for t in tensors)
-    return [(ref, tensor.parameters) for ref, tensor in zip(refs, tensors)], bytes(data)
+    layout = TensorLayout()
+    described = [(layout.add_tensor(tensor), tensor.parameters) for tensor in tensors]
+    return described, bytes(layout.tobytes())
 
 
 def unpack(packed: WireTensors) -> list[Tensor]:
     described, data = packed
-    return [Tensor(ref[0], ref[1], ref[2], read_tensor(data, ref), parameters) for ref, parameters in described]
+    return [tensor_from(data, ref, parameters) for ref, parameters in described]
 
 
 @dataclass(slots=True)
