@@ -111,6 +111,7 @@ class WorkerProcess:
         self._arenas: dict[str, Arena] = {}
         self._process: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
+        self._outgoing: list[bytes] = []  # frames written during this event-loop turn, sent at its end
         self._exit_task: asyncio.Task[None] | None = None
         # The answers the worker owes, in the order it will send them (it answers in the order it was asked).
         self._replies: deque[asyncio.Future[Message]] = deque()
@@ -260,7 +261,7 @@ class WorkerProcess:
             raise WorkerFailure(self.exit_description or "is not running")
         reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._replies.append(reply)
-        self._transport.write(encode(kind, body))
+        self._send(encode(kind, body))
         return await self._wait_reply(reply, timeout, what)
 
     async def _wait_reply(self, reply: asyncio.Future[Message], timeout: float, what: str) -> Message:
@@ -300,8 +301,16 @@ class WorkerProcess:
             self._drained = None
 
     def _send(self, frame: bytes) -> None:
-        if self._transport is not None:
-            self._transport.write(frame)
+        """Queue ``frame`` for the worker: the frames of one event-loop turn (the requests of several connections
+        that arrived together) leave in one write, which wakes the worker once."""
+        if not self._outgoing:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outgoing.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._outgoing = self._outgoing, []
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def _on_message(self, kind: Kind, body: Any) -> None:
         if kind == Kind.RESPONSE:
@@ -347,13 +356,12 @@ class WorkerProcess:
                 _EOF_GRACE_S, self._kill, "was killed because it closed its connection to the server")
 
     def _grow_output(self, needed: int) -> None:
-        assert self._transport is not None
         try:
             name = self._replace_arena("output", needed)
         except OSError as error:
-            self._transport.write(encode(Kind.GROWN, (None, str(error))))
+            self._send(encode(Kind.GROWN, (None, str(error))))
             return
-        self._transport.write(encode(Kind.GROWN, (name, None)))
+        self._send(encode(Kind.GROWN, (name, None)))
 
     def _replace_arena(self, direction: str, needed: int) -> str:
         old = self._arenas[direction]
