@@ -99,7 +99,13 @@ def triton_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
     return command, env
 
 
-SERVERS = {"ours": ours_command, "triton": triton_command}
+def floor_command(flags: list[str]) -> tuple[list[str], dict[str, str]]:
+    """bench/floor_server.py: what any process-isolated Python server pays (HTTP binary, add_sub only)."""
+    return [sys.executable, str(Path(__file__).with_name("floor_server.py")), *flags], dict(os.environ)
+
+
+SERVERS = {"ours": ours_command, "triton": triton_command, "floor": floor_command}
+FLOOR_PROTOCOLS = ("http-binary",)  # the floor speaks nothing else
 
 
 def is_ok(url: str) -> bool:
@@ -198,7 +204,8 @@ def batched_repository(args: argparse.Namespace, scratch: Path) -> Path:
 
 
 def bench_server(server: str, args: argparse.Namespace, stem: str, repository: Path) -> list[Result]:
-    matrix = [(protocol, concurrency) for protocol in args.protocols for concurrency in args.concurrency]
+    protocols = [p for p in args.protocols if server != "floor" or p in FLOOR_PROTOCOLS]
+    matrix = [(protocol, concurrency) for protocol in protocols for concurrency in args.concurrency]
     ports = free_ports()
     command, env = SERVERS[server](server_flags(repository, args.model, ports))
     base = f"http://{LOOPBACK}:{ports.http}/v2"
@@ -241,15 +248,14 @@ def fmt_ratio(ours: Result | None, triton: Result | None) -> str:
 def markdown(results: list[Result], servers: list[str], header: str) -> str:
     by_key = {(r.server, r.variant, r.protocol, r.concurrency): r for r in results}
     columns = ["config", *(f"{s} infer/s" for s in servers)]
-    if servers == ["ours", "triton"]:
-        columns.append("ours/triton")
+    ratios = [s for s in servers if s != "ours"] if "ours" in servers else []
+    columns += [f"ours/{s}" for s in ratios]
     columns += [f"{s} p50 / p99 (µs)" for s in servers]
     lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for variant, protocol, concurrency in dict.fromkeys((r.variant, r.protocol, r.concurrency) for r in results):
         row = [by_key.get((s, variant, protocol, concurrency)) for s in servers]
         cells = [f"{variant} {protocol} c={concurrency}", *(fmt_rate(r) for r in row)]
-        if len(row) == 2:
-            cells.append(fmt_ratio(*row))
+        cells += [fmt_ratio(row[0], by_key.get((s, variant, protocol, concurrency))) for s in ratios]
         cells += [fmt_latency(r) for r in row]
         lines.append("| " + " | ".join(cells) + " |")
     if any(r.status == "unstable" for r in results):
@@ -293,7 +299,7 @@ def start_run(args: argparse.Namespace) -> list[str]:
     OURS_FLAGS.extend(args.ours_flags.split())
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that running servers are stopped
     RESULTS.mkdir(parents=True, exist_ok=True)
-    return ["ours", "triton"] if args.with_triton else ["ours"]
+    return ["ours", *(["triton"] if args.with_triton else []), *(["floor"] if getattr(args, "with_floor", False) else [])]
 
 
 def parse_args() -> argparse.Namespace:
@@ -307,8 +313,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-queue-delay-us", type=int, default=0,
                         help="max_queue_delay_microseconds of the batched variant")
     add_run_arguments(parser)
+    parser.add_argument("--with-floor", action="store_true",
+                        help="also run bench/floor_server.py, last: the bound of a Python server with its model in "
+                             "another process (plain HTTP binary add_sub only)")
     args = parser.parse_args()
     check_run_arguments(parser, args)
+    if args.with_floor and args.model != "add_sub":
+        parser.error("--with-floor serves add_sub only")
     args.model_repository = args.model_repository.resolve()
     if not (args.model_repository / args.model).is_dir():
         parser.error(f"no model '{args.model}' in {args.model_repository}")
@@ -325,7 +336,8 @@ def main() -> int:
         for variant in args.variants:
             args.variant = variant
             repository = batched_repository(args, Path(scratch)) if variant == "batched" else args.model_repository
-            results += [result for server in servers for result in bench_server(server, args, stem, repository)]
+            results += [result for server in servers if server != "floor" or variant == "plain"
+                        for result in bench_server(server, args, stem, repository)]
     del args.variant
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     header = (f"## {args.model}, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
