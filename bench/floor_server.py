@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import struct
-import sys
 
 import httptools
 import numpy as np
@@ -189,4 +188,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
