@@ -53,6 +53,7 @@ class Tensor:
 
     @property
     def data(self) -> np.ndarray:
+        """The elements as a numpy array (built from ``wire`` on first use)."""
         if self._data is None:
             self._data = from_wire_bytes(self.datatype, self.shape, self.wire)  # type: ignore[arg-type]
         return self._data
