@@ -9,9 +9,9 @@ from __future__ import annotations
 from ._engine.datatypes import TensorType, datatype_of_config, deserialize_bytes, serialize_bytes
 from ._engine.errors import ServerError, Status
 from ._engine.hookspecs import hookimpl
-from ._engine.http_apps import AsgiApp, HttpAppRegistry
+from ._engine.frontend.http_apps import AsgiApp, HttpAppRegistry
 from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ._engine.openai_listener import OpenAIOptions
+from ._engine.frontend.openai_listener import OpenAIOptions
 from ._engine.protos.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelOutput
 from ._engine.seam import DataPlaneAPI, infer_one
 

@@ -16,7 +16,7 @@ from ._engine.devices import visible_gpu_ids
 from ._engine.errors import ServerError, Status
 from ._engine.framework import FrameworkInstance
 from ._engine.hookspecs import hookimpl
-from ._engine.http.app import DEFAULT_MAX_INPUT_SIZE, http_asgi_app
+from ._engine.frontend.http.app import DEFAULT_MAX_INPUT_SIZE, http_asgi_app
 from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from ._engine.options import AutoCompleteOptions, NoOptions, model_parameters, option, parse_bool, parse_options
 from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
@@ -26,7 +26,7 @@ from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, 
                                SchedulerRegistry)
 from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
-from ._engine.openai_listener import OpenAIOptions
+from ._engine.frontend.openai_listener import OpenAIOptions
 from ._engine.seam import DataPlaneAPI, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name

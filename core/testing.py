@@ -33,7 +33,7 @@ from ._engine import repository as _repository
 from ._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from ._engine.config import apply_defaults
 from ._engine.errors import ServerError, Status
-from ._engine.frontends import new_event_loop
+from ._engine.frontend.frontends import new_event_loop
 from ._engine.hookspecs import hookimpl
 from ._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from ._engine.pluginhost import ENTRY_POINT_GROUP, PLUGINS_ENV, PluginHost

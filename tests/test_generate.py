@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from triton_serve._engine.errors import ServerError
-from triton_serve._engine.http.generate import SINGLE_RESPONSE
-from triton_serve._engine.http.generate_json import generate_request
+from triton_serve._engine.frontend.http.generate import SINGLE_RESPONSE
+from triton_serve._engine.frontend.http.generate_json import generate_request
 
 from .conftest import FRONTEND_MODES
 from .test_grpc import FAILING, REPEAT

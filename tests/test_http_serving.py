@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from triton_serve._engine.http.infer_protocol import CoalescingTransport
+from triton_serve._engine.frontend.http.infer_protocol import CoalescingTransport
 
 
 class _RecordingTransport:

@@ -6,7 +6,7 @@ import pytest
 
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
-from triton_serve._engine.frontends import FrontendOptions
+from triton_serve._engine.frontend.frontends import FrontendOptions
 
 
 def _options(*argv: str) -> FrontendOptions:

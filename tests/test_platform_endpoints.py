@@ -12,8 +12,8 @@ import pytest
 from .conftest import FRONTEND_MODES
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
-from triton_serve._engine.platforms.listeners import PlatformOptions
-from triton_serve._engine.platforms.sagemaker import SageMakerSettings, sagemaker_app
+from triton_serve._engine.frontend.platforms.listeners import PlatformOptions
+from triton_serve._engine.frontend.platforms.sagemaker import SageMakerSettings, sagemaker_app
 from triton_serve.testing import free_port
 
 IDENTITY = ('backend: "toy_identity"\nmax_batch_size: 0\n'

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.dataplane import DataPlane
-from triton_serve._engine.http import generate
+from triton_serve._engine.frontend.http import generate
 from triton_serve.plugin import InferenceRequest, Scheduler, SchedulerRegistry, hookimpl
 from triton_serve.testing import RunningServer, ToyBackendsPlugin
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .datatypes import BY_NAME
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from .frontend_trace import FrontendTrace
+from .frontend.trace import FrontendTrace
 from .wire import TensorLayout, TensorRef, decode_error, encode_error, tensor_from
 
 HEADER = struct.Struct("<BQII")  # kind, id, metadata bytes, tensor bytes

@@ -11,14 +11,14 @@ from collections.abc import Callable
 
 from .errors import ServerError
 from .frontend_pool import default_process_count
-from .frontends import run_on_fast_loop
-from .http.serving import HTTP_SERVERS
+from .frontend.frontends import run_on_fast_loop
+from .frontend.http.serving import HTTP_SERVERS
 from .log_settings import FORMATS, LogSettings, apply_log_settings
 from .metrics import MetricsConfig, parse_metrics_config
 from .options import describe_options
 from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
-from .header_forwarding import forward_pattern_regex
-from .openai_listener import add_openai_flags, openai_options_from_args
+from .frontend.header_forwarding import forward_pattern_regex
+from .frontend.openai_listener import add_openai_flags, openai_options_from_args
 from .platform_flags import add_platform_flags, platform_options_from_args
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag

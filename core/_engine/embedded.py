@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from .datatypes import datatype_of
 from .errors import ServerError, Status
-from .frontends import new_event_loop
+from .frontend.frontends import new_event_loop
 from .inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from .protos.model_config_pb2 import ModelConfig
 from .server import Server as EngineServer

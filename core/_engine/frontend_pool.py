@@ -16,8 +16,8 @@ from . import channel, wire
 from .dataplane import DataPlane
 from .seam import REMOTE_CALLS
 from .errors import ServerError, internal, unavailable, unexpected
-from .frontends import FrontendOptions
-from .http.serving import listen_socket
+from .frontend.frontends import FrontendOptions
+from .frontend.http.serving import listen_socket
 from .inference import InferenceRequest, InferenceResponse
 from .log_settings import LogSettings
 from .tracing import Trace
@@ -165,7 +165,7 @@ class _FrontendProcess:
         log_settings = log_control.settings
         try:
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "triton_serve._engine.frontend_process", str(frontend_end.fileno()),
+                sys.executable, "-m", "triton_serve._engine.frontend.process", str(frontend_end.fileno()),
                 json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
                 pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
             endpoint = self.endpoint = _Endpoint(self.pool.dataplane, started)

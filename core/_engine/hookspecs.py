@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from .http_apps import HttpAppRegistry
+    from .frontend.http_apps import HttpAppRegistry
     from .registry import BackendRegistry, CacheRegistry, CommandRegistry, RepositoryAgentRegistry, SchedulerRegistry
     from .sources import RepositorySource
 

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from .custom_metrics import custom_metrics
-from .http.serving import listen_socket, serve_http
+from .frontend.http.serving import listen_socket, serve_http
 from .metrics import MetricsConfig, TritonCollector, render
 from .repository import ModelRepository
 from .system_metrics import SystemSampler

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ServerError
-from .platforms.listeners import PLATFORM_ADDRESS, PlatformOptions
-from .platforms.sagemaker import SageMakerSettings
-from .platforms.vertex_ai import DEFAULT_PORT, VertexAiSettings
+from .frontend.platforms.listeners import PLATFORM_ADDRESS, PlatformOptions
+from .frontend.platforms.sagemaker import SageMakerSettings
+from .frontend.platforms.vertex_ai import DEFAULT_PORT, VertexAiSettings
 
 
 def _port_range(text: str) -> tuple[int, int]:

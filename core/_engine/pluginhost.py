@@ -13,7 +13,7 @@ import pluggy
 from .. import __version__
 from . import hookspecs
 from .errors import ServerError, Status
-from .http_apps import HttpAppRegistry
+from .frontend.http_apps import HttpAppRegistry
 from .registry import (BackendRegistry, CacheRegistry, CommandRegistry, Registry, RepositoryAgentRegistry,
                        SchedulerRegistry)
 from .sources import RepositorySource

@@ -12,14 +12,14 @@ from .caching import ResponseCache
 from .dataplane import DataPlane
 from .errors import ServerError, Status
 from .frontend_pool import FrontendPool
-from .frontends import FrontendOptions, Frontends
+from .frontend.frontends import FrontendOptions, Frontends
 from .grpc_frontend.server import GrpcOptions
-from .http.app import DEFAULT_MAX_INPUT_SIZE
+from .frontend.http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
-from .openai_listener import OpenAIOptions
-from .platforms.listeners import PlatformOptions
+from .frontend.openai_listener import OpenAIOptions
+from .frontend.platforms.listeners import PlatformOptions
 from .pluginhost import PluginHost
 from .polling import RepositoryPoller
 from .ratelimit import RateLimiter

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ServerError
-from .frontend_trace import TRACEPARENT, FrontendTrace, Stamps
+from .frontend.trace import TRACEPARENT, FrontendTrace, Stamps
 from .trace_settings import (OPENTELEMETRY_MODE, TRITON_MODE, SettingUpdate, SettingValues, TraceConfig, TraceLevel,
                              invalid_reason, level_names, merged)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .errors import ServerError
+from ..errors import ServerError
 
 # The request-parameter names Triton keeps for itself (besides every name starting with "triton_"): from
 # Triton 2.69 a header or metadata entry that would be forwarded under one of them fails the request.

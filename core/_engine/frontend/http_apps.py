@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from . import hookspecs
-from .errors import ServerError, Status
+from .. import hookspecs
+from ..errors import ServerError, Status
 from .http.error_guard import App as AsgiApp
 
 if TYPE_CHECKING:
     from .openai_listener import OpenAIOptions
-    from .seam import DataPlaneAPI
+    from ..seam import DataPlaneAPI
 
 # (the data-plane seam, --http-max-input-size) -> the ASGI app serving a plugin's paths.
 HttpAppFactory = Callable[["DataPlaneAPI", int], AsgiApp]

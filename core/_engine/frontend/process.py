@@ -1,4 +1,4 @@
-"""A front-end process, ``python -m triton_serve._engine.frontend_process <fd> <options JSON> <log settings JSON>``:
+"""A front-end process, ``python -m triton_serve._engine.frontend.process <fd> <options JSON> <log settings JSON>``:
 it accepts HTTP and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner
 over a channel (``channel.py``), through ``RemoteDataPlane``, which offers the front-ends the data plane's
 methods; it logs as the owner's log settings say (``channel.LOG_SETTINGS`` brings each change)."""
@@ -15,14 +15,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from . import channel, wire
-from .errors import ServerError, unavailable
+from .. import channel, wire
+from ..errors import ServerError, unavailable
 from .frontends import FrontendOptions, Frontends, run_on_fast_loop
-from .inference import InferenceRequest
-from .log_settings import LogSettings, apply_log_settings
-from .protos.model_config_pb2 import ModelConfig
-from .seam import REMOTE_CALLS, DataPlaneAPI
-from .frontend_trace import Stamps
+from ..inference import InferenceRequest
+from ..log_settings import LogSettings, apply_log_settings
+from ..protos.model_config_pb2 import ModelConfig
+from ..seam import REMOTE_CALLS, DataPlaneAPI
+from .trace import Stamps
 
 log = logging.getLogger("triton_serve.frontend")
 

@@ -16,14 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..seam import DataPlaneAPI
-from ..errors import ServerError, Status
-from ..inference import InferenceRequest, InferenceResponse
-from ..protos.model_config_pb2 import ModelConfig
+from ...seam import DataPlaneAPI
+from ...errors import ServerError, Status
+from ...inference import InferenceRequest, InferenceResponse
+from ...protos.model_config_pb2 import ModelConfig
 from ..header_forwarding import HeaderForwarder
-from ..load_overrides import decode_file_parameters
-from ..trace_settings import update_from_json
-from ..frontend_trace import TRACEPARENT, FrontendTrace
+from ...load_overrides import decode_file_parameters
+from ...trace_settings import update_from_json
+from ..trace import TRACEPARENT, FrontendTrace
 from .codec import encode_response, parse_raw_binary, parse_request, split_body
 from .disconnect import DisconnectWatch
 from .error_guard import ErrorGuard

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type
-from ..errors import ServerError, Status, internal
-from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
-from ..protos.model_config_pb2 import ModelConfig
-from ..shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
+from ...datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type
+from ...errors import ServerError, Status, internal
+from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from ...protos.model_config_pb2 import ModelConfig
+from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")

@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ..inference import InferenceRequest
+from ...inference import InferenceRequest
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 # Requests answered sooner cost no watching task (one per request costs about a sixth of add_sub's HTTP

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from ..errors import ServerError, unexpected
+from ...errors import ServerError, unexpected
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ..errors import ServerError, internal
-from ..inference import InferenceRequest, InferenceResponse
-from ..seam import DataPlaneAPI
+from ...errors import ServerError, internal
+from ...inference import InferenceRequest, InferenceResponse
+from ...seam import DataPlaneAPI
 from .disconnect import DisconnectWatch
 from .generate_json import generate_request, generate_response, parse_generate_body
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME
-from ..errors import ServerError, Status, internal, unsupported
-from ..inference import InferenceRequest, InferenceResponse, Tensor
+from ...datatypes import BY_NAME
+from ...errors import ServerError, Status, internal, unsupported
+from ...inference import InferenceRequest, InferenceResponse, Tensor
 
 # The key whose object holds more keys, mapped the same way (Triton's one nested schema).
 NESTED_KEY = "parameters"

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import unavailable
+from ...errors import unavailable
 from .infer_protocol import http_protocol
 
 HTTP_SERVERS = ("uvicorn", "hypercorn")

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import ServerError, Status
-from ..seam import DataPlaneAPI
+from ...errors import ServerError, Status
+from ...seam import DataPlaneAPI
 
 JsonBody = Callable[[Request], Awaitable[dict[str, Any]]]
 _PATHS = {"system": "/v2/systemsharedmemory", "cuda": "/v2/cudasharedmemory"}

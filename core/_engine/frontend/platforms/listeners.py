@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from ..http.serving import listen_socket
-from ..seam import DataPlaneAPI
+from ...seam import DataPlaneAPI
 from .forwarding import ASGIApp
 from .sagemaker import UNSPECIFIED_MODEL, SageMakerSettings, sagemaker_app
 from .vertex_ai import VertexAiSettings, resolve_default_model, vertex_ai_app

@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..seam import DataPlaneAPI
+from ...seam import DataPlaneAPI
 from .forwarding import ASGIApp, Receive, Scope, Send, forward, header, reply
 
 log = logging.getLogger("triton_serve")

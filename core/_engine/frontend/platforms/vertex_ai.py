@@ -7,8 +7,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import ServerError, Status
-from ..seam import DataPlaneAPI
+from ...errors import ServerError, Status
+from ...seam import DataPlaneAPI
 from .forwarding import ASGIApp, Receive, Scope, Send, forward, header, reply
 
 log = logging.getLogger("triton_serve")
