@@ -18,7 +18,7 @@ BESIDE_THE_FRONTENDS = {
     "trace_settings", "log_settings", "hookspecs", "protos", "protos.grpc_service_pb2", "protos.grpc_service_pb2_grpc",
     "protos.health_pb2", "protos.health_pb2_grpc", "protos.model_config_pb2",
     "restricted", "grpc_frontend", "grpc_frontend.codec", "grpc_frontend.health", "grpc_frontend.server",
-    "grpc_frontend.service", "grpc_frontend.status", "grpc_frontend.stream",
+    "grpc_frontend.service", "grpc_frontend.status", "grpc_frontend.stream", "grpc_frontend.native", "grpc_frontend.h2",
 }
 
 

@@ -151,16 +151,24 @@ class GrpcRestrictionInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
                                 handler_call_details: grpc.HandlerCallDetails) -> Any:
         handler = await continuation(handler_call_details)
-        rule = self._rules.get(handler_call_details.method)
-        if rule is None or handler is None:
+        if handler is None:
             return handler
+        refusal = self.refusal(handler_call_details.method, handler_call_details.invocation_metadata or ())
+        return handler if refusal is None else _refusing(handler, refusal)
+
+    def refusal(self, method: str, metadata: Iterable[tuple[str, Any]]) -> str | None:
+        """The UNAVAILABLE message for a call to ``method`` with ``metadata``; None when it may proceed
+        (both gRPC transports ask this)."""
+        rule = self._rules.get(method)
+        if rule is None:
+            return None
         header, expected = rule
-        for key, value in handler_call_details.invocation_metadata or ():
+        for key, value in metadata:
             if key == header:  # the first entry of that name decides, as in Triton
                 if value == expected:
-                    return handler
+                    return None
                 break
-        return _refusing(handler, f"This protocol is restricted, expecting header '{header}'")
+        return f"This protocol is restricted, expecting header '{header}'"
 
 
 def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:

@@ -15,6 +15,7 @@ from ..frontend.header_forwarding import HeaderForwarder
 from ..protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 from ..protos.health_pb2_grpc import add_HealthServicer_to_server
 from .health import HealthCheckServicer
+from .native import NativeServer, default_services, method_table
 from .service import InferenceServicer
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ class GrpcOptions:
     max_connection_age: int | None = None
     max_connection_age_grace: int | None = None
     max_message_size: int = MAX_MESSAGE_SIZE  # not a Triton flag: lets tests exercise the limit
+    # --grpc-transport: native (native.py over h2.py) or grpcio (grpc.aio); "" picks native, or grpcio where TLS is
+    # asked for (the native transport has no TLS yet)
+    transport: str = ""
 
 
 def channel_arguments(options: GrpcOptions) -> list[tuple[str, Any]]:
@@ -104,8 +108,18 @@ class GrpcFrontend:
         self.interceptors = interceptors
         self.header_forwarder = header_forwarder
         self._server: grpc.aio.Server | None = None
+        self._native: NativeServer | None = None
+
+    @property
+    def transport(self) -> str:
+        """The transport that serves: the one asked for, else native without TLS and grpcio with it."""
+        options = self.options
+        return options.transport or ("grpcio" if options.use_ssl or options.use_ssl_mutual else "native")
 
     async def start(self) -> None:
+        if self.transport == "native":
+            await self._start_native()
+            return
         credentials = server_credentials(self.options)
         arguments = channel_arguments(self.options)
         if self.reuse_port:  # several front-end processes accept on this port
@@ -127,8 +141,31 @@ class GrpcFrontend:
         self._server = server
         log.info("serving gRPC%s on %s", " with TLS" if credentials is not None else "", self.target)
 
+    async def _start_native(self) -> None:
+        options = self.options
+        if options.use_ssl or options.use_ssl_mutual:
+            raise ServerError("--grpc-transport=native does not support TLS yet: drop --grpc-use-ssl and "
+                              "--grpc-use-ssl-mutual, or use --grpc-transport=grpcio (the default with TLS)")
+        methods = method_table(default_services(InferenceServicer(self.dataplane, self.header_forwarder),
+                                                HealthCheckServicer(self.dataplane)))
+        server = NativeServer(methods, options.max_message_size, options.infer_response_compression_level,
+                              self.interceptors, options.keepalive_time, options.keepalive_timeout,
+                              options.max_connection_age, options.max_connection_age_grace)
+        host = self.target.rsplit(":", 1)[0].strip("[]")
+        port = int(self.target.rsplit(":", 1)[1])
+        try:
+            await server.start(host, port, self.reuse_port)
+        except OSError:
+            raise unavailable(f"failed to start the gRPC front-end: cannot bind {self.target} "
+                              "(address in use or not available)") from None
+        self._native = server
+        log.info("serving gRPC (native transport) on %s", self.target)
+
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop accepting calls; in-flight calls get ``grace`` seconds to finish before they are cancelled."""
+        if self._native is not None:
+            native, self._native = self._native, None
+            await native.stop(grace)
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
