@@ -43,7 +43,7 @@ STAGES = [
     ("owner <-> front-end channel", ("triton_serve/_engine/channel.py", "triton_serve/_engine/frontend_pool.py",
                                      "triton_serve/_engine/frontend/process.py")),
     ("HTTP codec and handler", ("triton_serve/_engine/frontend/http/",)),
-    ("gRPC codec and servicer", ("triton_serve/_engine/grpc_frontend/",)),
+    ("gRPC codec and servicer", ("triton_serve/_engine/frontend/grpc/",)),
     ("HTTP server (uvicorn, httptools)", ("uvicorn/", "httptools", "h11", "hypercorn/")),
     ("gRPC library (grpc.aio)", ("grpc/", "grpc_", "protobuf")),
     ("event loop", ("asyncio/", "uvloop", "selectors.py")),

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from triton_serve._engine.cli import build_parser
-from triton_serve._engine.grpc_frontend.service import InferenceServicer
+from triton_serve._engine.frontend.grpc.service import InferenceServicer
 from triton_serve._engine.protos import grpc_service_pb2
 from triton_serve._engine.protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
 

@@ -17,8 +17,6 @@ BESIDE_THE_FRONTENDS = {
     "errors", "inference", "datatypes", "shared_memory_parameters", "config", "load_overrides", "sources",
     "trace_settings", "log_settings", "hookspecs", "protos", "protos.grpc_service_pb2", "protos.grpc_service_pb2_grpc",
     "protos.health_pb2", "protos.health_pb2_grpc", "protos.model_config_pb2",
-    "restricted", "grpc_frontend", "grpc_frontend.codec", "grpc_frontend.health", "grpc_frontend.server",
-    "grpc_frontend.service", "grpc_frontend.status", "grpc_frontend.stream", "grpc_frontend.native", "grpc_frontend.h2",
 }
 
 
@@ -35,7 +33,7 @@ def _engine_modules_loaded_by(module: str) -> set[str]:
 
 def test_a_frontend_process_loads_no_module_of_the_model_owner() -> None:
     loaded = _engine_modules_loaded_by("triton_serve._engine.frontend.process")
-    assert {"frontend.process", "frontend.http.infer_protocol", "grpc_frontend.service"} <= loaded
+    assert {"frontend.process", "frontend.http.infer_protocol", "frontend.grpc.native"} <= loaded
     assert _owner_modules(loaded) == set(), "a front-end process imports the model owner's modules"
 
 

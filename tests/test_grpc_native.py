@@ -17,11 +17,11 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.cli import build_parser, options_from_args
-from triton_serve._engine.grpc_frontend import h2
-from triton_serve._engine.grpc_frontend.server import GrpcOptions
+from triton_serve._engine.frontend.grpc import h2
+from triton_serve._engine.frontend.grpc.server import GrpcOptions
 from triton_serve._engine.protos import grpc_service_pb2 as pb
 from triton_serve._engine.protos import health_pb2, health_pb2_grpc
-from triton_serve._engine.restricted import GRPC_HEADER_PREFIX, parse_restrictions
+from triton_serve._engine.frontend.restricted import GRPC_HEADER_PREFIX, parse_restrictions
 from triton_serve.testing import probe_config
 
 from .conftest import ADD_SUB

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
-from triton_serve._engine.grpc_frontend.server import GrpcFrontend, GrpcOptions, server_credentials
+from triton_serve._engine.frontend.grpc.server import GrpcFrontend, GrpcOptions, server_credentials
 from triton_serve._engine.protos import health_pb2, health_pb2_grpc
 
 IDENTITY = """

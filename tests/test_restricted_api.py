@@ -24,7 +24,7 @@ from triton_serve._engine.errors import ServerError
 from triton_serve._engine.frontend.frontends import FrontendOptions
 from triton_serve._engine.frontend.header_forwarding import HeaderForwarder, forward_pattern_regex
 from triton_serve._engine.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
-from triton_serve._engine.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
+from triton_serve._engine.frontend.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
                                      parse_restrictions, restrict_http)
 from triton_serve._engine.server import Server, ServerOptions
 from triton_serve.testing import RunningServer, free_port

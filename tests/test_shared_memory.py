@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from triton_serve._engine.backend import Backend, InstanceSpec, Model, ModelInstance, ModelSpec
 from triton_serve._engine.errors import Status
-from triton_serve._engine.grpc_frontend.status import GRPC_CODE
+from triton_serve._engine.frontend.grpc.status import GRPC_CODE
 from triton_serve._engine.hookspecs import hookimpl
 from triton_serve._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from triton_serve._engine.registry import BackendRegistry

@@ -16,13 +16,13 @@ from .frontend.http.serving import HTTP_SERVERS
 from .log_settings import FORMATS, LogSettings, apply_log_settings
 from .metrics import MetricsConfig, parse_metrics_config
 from .options import describe_options
-from .grpc_frontend.server import COMPRESSION_LEVELS, GrpcOptions
+from .frontend.grpc.server import COMPRESSION_LEVELS, GrpcOptions
 from .frontend.header_forwarding import forward_pattern_regex
 from .frontend.openai_listener import add_openai_flags, openai_options_from_args
 from .platform_flags import add_platform_flags, platform_options_from_args
 from .pluginhost import PluginHost
 from .ratelimit import parse_resource_flag
-from .restricted import CATEGORIES, GRPC_HEADER_PREFIX, parse_restrictions
+from .frontend.restricted import CATEGORIES, GRPC_HEADER_PREFIX, parse_restrictions
 from .server import Server, ServerOptions
 from .trace_settings import add_trace_flags, trace_config_from_args, warn_deprecated_trace_flags
 

@@ -13,7 +13,7 @@ from .dataplane import DataPlane
 from .errors import ServerError, Status
 from .frontend_pool import FrontendPool
 from .frontend.frontends import FrontendOptions, Frontends
-from .grpc_frontend.server import GrpcOptions
+from .frontend.grpc.server import GrpcOptions
 from .frontend.http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
@@ -24,7 +24,7 @@ from .pluginhost import PluginHost
 from .polling import RepositoryPoller
 from .ratelimit import RateLimiter
 from .repository import ModelRepository, RepositoryOptions
-from .restricted import Restrictions
+from .frontend.restricted import Restrictions
 from .trace_settings import TraceConfig
 from .tracing import Tracer
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from collections.abc import Coroutine
 from typing import Any
 
-from ..grpc_frontend.server import GrpcFrontend, GrpcOptions
+from .grpc.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.infer_protocol import http_protocol
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
@@ -19,7 +19,7 @@ from .http_apps import AsgiApp, HttpAppRegistry, http_apps_of
 from .openai_listener import OPENAI_PREFIX, OpenAIOptions, openai_port_app, restrict_openai
 from .platforms.listeners import PlatformOptions, bind_platform_listeners
 from ..seam import DataPlaneAPI
-from ..restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
+from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ServerError
 from .http.app import Receive, Scope, Send
-from ..restricted import AsgiApp, Restrictions
+from .restricted import AsgiApp, Restrictions
 
 OPENAI_PREFIX = "/v1/"  # the plugin prefix --openai-port serves
 DEFAULT_OPENAI_PORT = 9000  # Triton's --openai-port default

@@ -20,7 +20,7 @@ import httptools
 
 from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
-from ...restricted import Restrictions
+from ..restricted import Restrictions
 from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
 from .app import log as log_requests
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import grpc
 
-from ..errors import Status
+from ...errors import Status
 
 GRPC_CODE = {
     Status.UNKNOWN: grpc.StatusCode.UNKNOWN,

@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
-from ..seam import DataPlaneAPI, infer_one
-from ..errors import ServerError, unexpected
-from ..frontend.header_forwarding import HeaderForwarder
-from ..protos import grpc_service_pb2 as pb
-from ..protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
-from ..trace_settings import update_from_grpc
-from ..frontend.trace import TRACEPARENT, FrontendTrace
+from ...seam import DataPlaneAPI, infer_one
+from ...errors import ServerError, unexpected
+from ..header_forwarding import HeaderForwarder
+from ...protos import grpc_service_pb2 as pb
+from ...protos.grpc_service_pb2_grpc import GRPCInferenceServiceServicer
+from ...trace_settings import update_from_grpc
+from ..trace import TRACEPARENT, FrontendTrace
 from .codec import decode_request, encode_response, params_from_proto, parse_version
 from .status import GRPC_CODE
 from .stream import InferStream

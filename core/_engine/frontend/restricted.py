@@ -9,8 +9,8 @@ from typing import Any
 
 import grpc
 
-from .errors import ServerError
-from .frontend.http.app import Receive, Scope, Send
+from ..errors import ServerError
+from .http.app import Receive, Scope, Send
 
 # Triton's restricted categories, in its order (RESTRICTED_CATEGORY_NAMES).
 CATEGORIES = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository",

@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 from google.protobuf.message_factory import GetMessageClass
 
-from ..errors import unavailable
-from ..protos import grpc_service_pb2, health_pb2
+from ...errors import unavailable
+from ...protos import grpc_service_pb2, health_pb2
 from ..restricted import GrpcRestrictionInterceptor
 from . import h2
 

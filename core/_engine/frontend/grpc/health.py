@@ -7,9 +7,9 @@ from typing import Any
 
 import grpc
 
-from ..seam import DataPlaneAPI
-from ..protos.health_pb2 import HealthCheckRequest, HealthCheckResponse
-from ..protos.health_pb2_grpc import HealthServicer
+from ...seam import DataPlaneAPI
+from ...protos.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from ...protos.health_pb2_grpc import HealthServicer
 
 WATCH_INTERVAL_S = 0.5
 

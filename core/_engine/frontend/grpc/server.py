@@ -9,11 +9,11 @@ from typing import Any
 
 import grpc
 
-from ..seam import DataPlaneAPI
-from ..errors import ServerError, unavailable
-from ..frontend.header_forwarding import HeaderForwarder
-from ..protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
-from ..protos.health_pb2_grpc import add_HealthServicer_to_server
+from ...seam import DataPlaneAPI
+from ...errors import ServerError, unavailable
+from ..header_forwarding import HeaderForwarder
+from ...protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
+from ...protos.health_pb2_grpc import add_HealthServicer_to_server
 from .health import HealthCheckServicer
 from .native import NativeServer, default_services, method_table
 from .service import InferenceServicer

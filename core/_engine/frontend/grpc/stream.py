@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from ..seam import DataPlaneAPI
-from ..errors import ServerError, internal, unavailable, unexpected
-from ..inference import InferenceRequest, InferenceResponse
-from ..protos.grpc_service_pb2 import ModelInferRequest, ModelStreamInferResponse
+from ...seam import DataPlaneAPI
+from ...errors import ServerError, internal, unavailable, unexpected
+from ...inference import InferenceRequest, InferenceResponse
+from ...protos.grpc_service_pb2 import ModelInferRequest, ModelStreamInferResponse
 from .codec import FINAL_RESPONSE, decode_request, encode_response, parse_version, wants_empty_final_response
 from .status import GRPC_CODE
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ..datatypes import BY_NAME, TensorType, StringCountError, element_count
-from ..errors import ServerError, unsupported
-from ..inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
-from ..protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
-from ..shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
+from ...datatypes import BY_NAME, TensorType, StringCountError, element_count
+from ...errors import ServerError, unsupported
+from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from ...protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
+from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 FINAL_RESPONSE = "triton_final_response"
