@@ -111,7 +111,7 @@ IGNORED_FLAGS: list[tuple[str, str, str, str]] = [
     ("HTTP", "--http-thread-count", "<integer>", "use --frontend-processes to serve on more cores"),
     ("GRPC", "--grpc-infer-allocation-pool-size", "<integer>", "no response pool to size"),
     ("GRPC", "--grpc-infer-thread-count", "<integer>",  # Triton 2.57
-     "grpc.aio runs every call on the event loop; use --frontend-processes to serve on more cores"),
+     "every gRPC call runs on the event loop; use --frontend-processes to serve on more cores"),
     ("GRPC", "--grpc-max-response-pool-size", "<integer>", "no response pool to size"),  # Triton 2.56
     ("Sagemaker", "--sagemaker-thread-count", "<integer>", "the SageMaker listener runs on the event loop"),
     ("Vertex", "--vertex-ai-thread-count", "<integer>", "the Vertex AI listener runs on the event loop"),
