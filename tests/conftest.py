@@ -17,6 +17,15 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
          { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 """
 
+# Decoupled: INPUT0 = n gives n responses 0..n-1, then the final flag (triton_serve.testing's toy_repeat).
+REPEAT = """
+backend: "toy_repeat"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
+output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
+"""
+
 
 def write_model(root: Path, name: str, config: str | None, versions: Iterable[str | int] = (1,),
                 files: dict[str, str] | None = None) -> Path:

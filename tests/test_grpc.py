@@ -14,7 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.server import CORE_EXTENSIONS
 
-from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config
+from .conftest import ADD_SUB, FRONTEND_MODES, DATATYPES, every_datatype_config, REPEAT
 
 
 @pytest.fixture(params=FRONTEND_MODES, ids=lambda count: f"frontend_processes={count}")
@@ -23,13 +23,6 @@ def frontend_processes(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
-REPEAT = """
-backend: "toy_repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-"""
 FAILING = """
 backend: "toy_error"
 max_batch_size: 0

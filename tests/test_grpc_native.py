@@ -24,20 +24,13 @@ from triton_serve._engine.protos import health_pb2, health_pb2_grpc
 from triton_serve._engine.frontend.restricted import GRPC_HEADER_PREFIX, parse_restrictions
 from triton_serve.testing import probe_config
 
-from .conftest import ADD_SUB
+from .conftest import ADD_SUB, REPEAT
 
 IDENTITY = """
 backend: "toy_identity"
 max_batch_size: 0
 input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
 output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
-"""
-REPEAT = """
-backend: "toy_repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
 """
 
 

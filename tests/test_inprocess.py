@@ -17,15 +17,8 @@ from tritonclient.utils import InferenceServerException
 from triton_serve.inprocess import Server, ServerError, Status
 from triton_serve.testing import ToyBackendsPlugin, free_port, probe_config
 
-from .conftest import ADD_SUB
+from .conftest import ADD_SUB, REPEAT
 
-REPEAT = """
-backend: "toy_repeat"
-max_batch_size: 0
-model_transaction_policy { decoupled: true }
-input { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-output { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] }
-"""
 ROW = np.arange(16, dtype=np.int32).reshape(1, 16)
 
 

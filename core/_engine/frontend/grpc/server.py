@@ -102,6 +102,7 @@ class GrpcFrontend:
             raise ServerError(f"invalid --grpc-infer-response-compression-level "
                               f"'{options.infer_response_compression_level}'; use none, low, medium or high")
         self.dataplane = dataplane
+        self.address, self.port = address, port
         self.target = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         self.options = options
         self.reuse_port = reuse_port
@@ -151,10 +152,8 @@ class GrpcFrontend:
         server = NativeServer(methods, options.max_message_size, options.infer_response_compression_level,
                               self.interceptors, options.keepalive_time, options.keepalive_timeout,
                               options.max_connection_age, options.max_connection_age_grace)
-        host = self.target.rsplit(":", 1)[0].strip("[]")
-        port = int(self.target.rsplit(":", 1)[1])
         try:
-            await server.start(host, port, self.reuse_port)
+            await server.start(self.address, self.port, self.reuse_port)
         except OSError:
             raise unavailable(f"failed to start the gRPC front-end: cannot bind {self.target} "
                               "(address in use or not available)") from None
