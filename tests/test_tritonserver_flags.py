@@ -118,7 +118,7 @@ def test_exit_timeout_bounds_the_drain(add_model, toy_server) -> None:  # type: 
 
     caller = threading.Thread(target=call)
     caller.start()
-    while not server.server.repository.models["slow"].versions[1].scheduler._tasks:  # type: ignore[union-attr]
+    while not server.server.repository.models["slow"].versions[1].stats.dequeued:  # the request is running
         caller.join(0.01)
     server.stop()  # returns because the drain gives up after 1 s (and the unload after 1 s)
     caller.join(60)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .datatypes import check_bytes_elements, element_count, from_wire_bytes, to_wire_bytes
+from .datatypes import BY_NAME, check_bytes_elements, element_count, from_wire_bytes, to_wire_bytes
 from .errors import ServerError, Status
 
 Parameters = dict[str, Any]
@@ -21,8 +21,8 @@ class Tensor:
 
     A tensor made by ``from_wire`` keeps the bytes it arrived in (``wire``: numbers little-endian, BYTES
     length-prefixed, as KServe's binary extension and every process boundary carry them) and builds ``data``
-    from them only when something asks: BYTES sent by a client reach a Python model's worker, and a worker's
-    outputs reach the client, without becoming Python objects or copies in between. Setting ``data`` drops
+    from them only when something asks: what a client sends reaches a Python model's worker, and a worker's
+    outputs reach the client, without becoming arrays, Python objects or copies in between. Setting ``data`` drops
     the wire bytes.
     """
 
@@ -42,12 +42,12 @@ class Tensor:
                   parameters: Parameters | None = None) -> Tensor:
         """A tensor over ``buffer``, its elements in wire form (``buffer`` must not change afterwards). Raise
         ValueError (StringCountError for a BYTES count) when ``buffer`` does not hold ``shape``'s elements."""
+        count = element_count(shape)
         if datatype == "BYTES":
-            check_bytes_elements(buffer, element_count(shape))
-            data = None
-        else:
-            data = from_wire_bytes(datatype, shape, buffer)
-        tensor = cls(name, datatype, shape, data, parameters)  # type: ignore[arg-type]
+            check_bytes_elements(buffer, count)
+        elif len(buffer) != count * BY_NAME[datatype].itemsize:
+            raise ValueError(f"expected {count * BY_NAME[datatype].itemsize} bytes, got {len(buffer)}")
+        tensor = cls(name, datatype, shape, None, parameters)  # type: ignore[arg-type]
         tensor.wire = buffer
         return tensor
 
@@ -220,8 +220,11 @@ class InferenceRequest:
             self._deliver(response, final)
 
     def _deliver(self, response: InferenceResponse | None, final: bool) -> None:
-        if self._sink is not None:
-            self._sink(response, final)
+        sink = self._sink
+        if sink is not None:
+            if final:  # nothing follows: a sink or filter that refers back to the request no longer keeps it alive
+                self._sink = self._filter = None
+            sink(response, final)
             return
         self._pending.append((response, final))
         waiter = self._waiter

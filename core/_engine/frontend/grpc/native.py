@@ -109,8 +109,8 @@ class _Finished(Exception):
 class NativeContext:
     """The part of grpc.aio.ServicerContext our servicers use."""
 
-    def __init__(self, call: Call, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None) -> None:
-        self._call = call
+    def __init__(self, peer: str, metadata: tuple[tuple[str, str | bytes], ...], deadline: float | None) -> None:
+        self._peer = peer
         self._metadata = metadata
         self._deadline = deadline
         self._code: grpc.StatusCode | None = None
@@ -160,7 +160,7 @@ class NativeContext:
         return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
 
     def peer(self) -> str:
-        return self._call.connection.peer
+        return self._peer
 
     def set_compression(self, compression: Any) -> None:
         """Ignored, as grpc.aio ignores it (the level is server-wide)."""
@@ -207,7 +207,7 @@ class Call(h2.Stream):
         self.server = server
         self.method = method
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.context = NativeContext(self, metadata, deadline)
+        self.context = NativeContext(connection.peer, metadata, deadline)
         self.task: asyncio.Task[None] | None = None
         self.buffer = bytearray()
         self.encoding = encoding
@@ -303,7 +303,11 @@ class Call(h2.Stream):
     def _start(self, request: Any) -> None:
         self.task = self.connection.loop.create_task(self._run(request))
         self.server.tasks.add(self.task)
-        self.task.add_done_callback(self.server.tasks.discard)
+        self.task.add_done_callback(self._ran)
+
+    def _ran(self, task: asyncio.Task[None]) -> None:
+        self.server.tasks.discard(task)
+        self.task = None  # the task's coroutine refers to this call: without the cycle, the call is freed at once
 
     async def _run(self, request: Any) -> None:
         method, context = self.method, self.context

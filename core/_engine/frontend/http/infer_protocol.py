@@ -86,7 +86,7 @@ class InferExchange:
     RequestResponseCycle, so uvicorn's keep-alive, shutdown and pipelining logic see it."""
 
     __slots__ = ("protocol", "frontend", "name", "version", "headers", "chunks", "size", "keep_alive",
-                 "response_complete", "disconnected", "request", "answered", "message_event", "waiter")
+                 "response_complete", "disconnected", "request", "answered", "waiter")
 
     def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, name: str, version: int | None,
                  headers: dict[str, str], keep_alive: bool) -> None:
@@ -102,8 +102,13 @@ class InferExchange:
         self.disconnected = False
         self.request: InferenceRequest | None = None
         self.answered = False
-        self.message_event = self  # uvicorn's connection_lost calls cycle.message_event.set()
         self.waiter: asyncio.Future[None] | None = None  # set by until_answered, during a graceful stop
+
+    @property
+    def message_event(self) -> InferExchange:
+        """uvicorn's connection_lost calls ``cycle.message_event.set()``: that is ``set`` here (a property, not an
+        attribute, so that an exchange does not refer to itself and is freed as soon as it is done)."""
+        return self
 
     @classmethod
     def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend,
@@ -114,7 +119,8 @@ class InferExchange:
             return None
         if frontend.dataplane.trace_armed:
             return None
-        path = httptools.parse_url(protocol.url).path
+        url = protocol.url
+        path = url if url[:1] == b"/" and b"?" not in url and b"#" not in url else httptools.parse_url(url).path
         match = INFER_PATH.fullmatch(path.decode("latin-1")) if b"%" not in path else None
         if match is None:
             return None
