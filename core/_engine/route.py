@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .protos.model_config_pb2 import ModelConfig
 
 _RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+_NOTHING_REQUESTED: dict[str, Any] = {}  # never written: a request without "outputs" asks for all of them
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ class ModelRoute:
     def shape(self, request: InferenceRequest, response: InferenceResponse) -> InferenceResponse:
         """Keep only the requested outputs (those returned), check them against the config, undo reshape,
         classify."""
-        wanted = {o.name: o for o in request.outputs}
+        wanted = {o.name: o for o in request.outputs} if request.outputs else _NOTHING_REQUESTED
         batching = self.batching
         outputs: list[Tensor] = []
         for tensor in response.outputs:

@@ -42,7 +42,9 @@ class InstancePool:
         self._limiter = limiter
         self._claims: dict[int, ResourceClaim] = {}
         if limiter is not None:
-            self._claims = {id(i): limiter.claim(model.name, i.spec) for i in instances}
+            claims = {id(i): limiter.claim(model.name, i.spec) for i in instances}  # checks the claims even when off
+            if limiter.enabled:
+                self._claims = claims
         # One entry per batch an instance may take at once (ModelInstance.max_batches_in_flight), every instance's
         # first before any second one: a batch goes to an instance with nothing to do while there is one.
         depth = max((i.max_batches_in_flight for i in self.instances), default=1)

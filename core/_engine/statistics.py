@@ -256,11 +256,13 @@ class ModelStats:
         """One execution of ``len(request_batch_sizes)`` requests, which hold that many inferences."""
         input_ns, infer_ns, output_ns = timing.phases(end_ns)
         requests = len(request_batch_sizes)
-        for total, ns in ((self.compute_input, input_ns), (self.compute_infer, infer_ns),
-                          (self.compute_output, output_ns)):
-            total.add(ns * requests, requests)
+        self.compute_input.add(input_ns * requests, requests)
+        self.compute_infer.add(infer_ns * requests, requests)
+        self.compute_output.add(output_ns * requests, requests)
         batch_size = sum(request_batch_sizes)
-        stats = self.batch_stats.setdefault(batch_size, BatchStats())
+        stats = self.batch_stats.get(batch_size)
+        if stats is None:
+            stats = self.batch_stats[batch_size] = BatchStats()
         stats.compute_input.add(input_ns)
         stats.compute_infer.add(infer_ns)
         stats.compute_output.add(output_ns)

@@ -69,7 +69,7 @@ def test_result_round_trip_keeps_outputs_parameters_and_errors() -> None:
     layout.write(arena)
     kind, (batch_error, decoded) = _decode_one(encode(Kind.RESULT, (None, results)))
     assert (kind, batch_error) == (Kind.RESULT, None) and decoded == results
-    full, empty, failed = read_responses(decoded, arena)
+    full, empty, failed = read_responses(decoded, arena, copy=True)
     assert [(tensor.name, tensor.datatype, tensor.shape) for tensor in full.outputs] == \
         [("OUT", "INT32", (1, 2)), ("WORDS", "BYTES", (2, 2))]
     assert full.outputs[0].data.tolist() == [[1, -2]] and full.outputs[1].data.tolist() == WORDS.tolist()
@@ -253,7 +253,7 @@ def test_every_datatype_crosses_the_worker_boundary_unchanged() -> None:
         assert ref[:3] == (name, datatype, array.shape) and ref[3] % ALIGNMENT == 0
         assert_same_tensor(read_tensor(arena, ref), array, datatype)
     _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(decoded[6], {}, None)])))
-    [response] = read_responses(results, arena)
+    [response] = read_responses(results, arena, copy=True)
     assert response is not None
     for tensor, (name, datatype, array) in zip(response.outputs, samples):
         assert_same_tensor(tensor.data, array, datatype)

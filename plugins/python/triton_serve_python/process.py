@@ -343,7 +343,10 @@ class WorkerProcess:
             reply.set_result((Kind.RESULT, (error, None, None)))
             return
         try:
-            responses = read_responses(results, memoryview(inline) if inline is not None else self._arenas["output"].buf)
+            if inline is not None:  # the frame's own bytes: nothing else writes them
+                responses = read_responses(results, inline, copy=False)
+            else:
+                responses = read_responses(results, self._arenas["output"].buf, copy=True)
         except Exception as error:  # a worker bug must fail the batch, not the connection
             reply.set_exception(ServerError(f"unreadable outputs from the python backend worker for {self.label}: "
                                             f"{type(error).__name__}: {error}", Status.INTERNAL))

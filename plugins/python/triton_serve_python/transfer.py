@@ -27,10 +27,10 @@ def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout
     return described
 
 
-def read_responses(results: list[ResponseTuple | None],
-                   output_buffer: memoryview) -> list[InferenceResponse | None]:
+def read_responses(results: list[ResponseTuple | None], output_buffer: memoryview | bytes,
+                   copy: bool) -> list[InferenceResponse | None]:
     """Core responses from the worker's response tuples (None stays None: answered through a response sender);
-    output bytes are copied out of the arena."""
+    output bytes are views of ``output_buffer``, or with ``copy`` copies (out of an arena the worker reuses)."""
     responses: list[InferenceResponse | None] = []
     for result in results:
         if result is None:
@@ -41,6 +41,6 @@ def read_responses(results: list[ResponseTuple | None],
             responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))
             continue
         refs, parameters, _ = result
-        outputs = [tensor_from(output_buffer, ref, copy=True) for ref in refs]
+        outputs = [tensor_from(output_buffer, ref, copy=copy) for ref in refs]
         responses.append(InferenceResponse(outputs, parameters))
     return responses

@@ -12,6 +12,9 @@ from ...inference import InferenceRequest, InferenceResponse, Parameters, Reques
 from ...protos.model_config_pb2 import ModelConfig
 from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
+# Made once: json.loads and json.dumps build a decoder or an encoder on every call.
+_decode_json = json.JSONDecoder().decode
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")
 
@@ -69,11 +72,17 @@ def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, mod
 
 
 def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in raw):
+    if not isinstance(raw, list):
         raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
-    if any(d < 0 for d in raw):
+    count, negative = 1, False
+    for dim in raw:
+        if type(dim) is not int:  # bool is a subclass of int: not a dim
+            raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
+        negative = negative or dim < 0
+        count *= dim
+    if negative:
         raise ServerError(f"Unable to parse 'shape' of input '{name}': dims must be non-negative, got {raw}")
-    if element_count(raw) > 2**40:
+    if count > 2**40:
         raise ServerError(f"shape {raw} of input '{name}' causes total element count to exceed maximum size")
     return tuple(raw)
 
@@ -81,7 +90,7 @@ def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
 def parse_request(header: bytes, binary: memoryview, model_name: str, version: int | None) -> InferenceRequest:
     """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
     try:
-        doc = json.loads(header) if header else {}
+        doc = _decode_json(header.decode("utf-8", "surrogatepass")) if header else {}  # as json.loads decodes
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(doc, dict):
@@ -153,13 +162,12 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
         raise ServerError(f"invalid datatype '{datatype}' for input '{name}'")
     shape = _parse_shape(name, raw.get("shape"))
     params = raw.get("parameters") or {}
-    given = [k for k, present in (("data", "data" in raw), ("binary_data_size", "binary_data_size" in params),
-                                  ("shared_memory_region", "shared_memory_region" in params)) if present]
-    if len(given) != 1:
-        raise ServerError(f"{_ONE_OF} {len(given)} were set for input '{name}'")
-    if given[0] == REGION:  # the data plane reads it from the region
+    given = ("data" in raw) + ("binary_data_size" in params) + (REGION in params)
+    if given != 1:
+        raise ServerError(f"{_ONE_OF} {given} were set for input '{name}'")
+    if REGION in params:  # the data plane reads it from the region
         return Tensor(name, datatype, shape, no_data(datatype), _shared_memory_parameters(params, name)), 0
-    if given[0] == "data":
+    if "data" in raw:
         return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"], model_name)), 0
     size = params["binary_data_size"]
     if not isinstance(size, int) or size < 0:
@@ -236,7 +244,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     if response.parameters:
         doc["parameters"] = response.parameters
     doc["outputs"] = outputs_json
-    header = json.dumps(doc, separators=(",", ":")).encode()
+    header = _encode_json(doc).encode()
     if not any(blobs):
         return header, None
     return header + b"".join(blobs), len(header)
