@@ -285,3 +285,18 @@ def test_the_server_ends_a_call_past_its_grpc_timeout(server) -> None:  # type: 
     assert body == b""
     trailers = dict(hpack.Decoder().decode(frames[-1][3], raw=True))
     assert (trailers[b"grpc-status"], trailers[b"grpc-message"]) == (b"4", b"Deadline Exceeded")
+
+
+def test_a_remembered_header_block_means_what_the_table_says_now() -> None:
+    """A block of indexed fields is decoded once per table state: once a block changes the table, the same bytes
+    are decoded again (here they then mean other headers)."""
+    encoder, decoder = hpack.Encoder(), h2.HeaderDecoder()
+    first = [(":path", "/a"), ("x-one", "1")]
+    second = [(":path", "/b"), ("x-two", "2")]
+    assert decoder.decode(encoder.encode(first)) == first  # literals: the table grows
+    repeated = encoder.encode(first)
+    assert decoder.decode(repeated) == first and decoder.decode(repeated) is decoder.decode(repeated)
+    assert decoder.decode(encoder.encode(second)) == second  # new entries: every earlier index moves
+    again = encoder.encode(second)
+    assert again == repeated  # the same bytes ...
+    assert decoder.decode(again) == second  # ... now mean the second headers

@@ -67,6 +67,46 @@ def literal_header(name: bytes, value: bytes) -> bytes:
 STATUS_200 = b"\x88"  # :status 200, index 8 of the static table
 
 
+class HeaderDecoder:
+    """hpack's decoder, remembering the headers of blocks made only of indexed fields. Such a block leaves the
+    dynamic table as it is, so it means the same headers until a block that changes the table comes; a gRPC client
+    sends the same block for every call on a connection once its headers are in the table, and hpack's pure-Python
+    decoding of it is the largest cost of a small call."""
+
+    KEPT = 64  # blocks remembered per connection
+
+    def __init__(self) -> None:
+        self._decoder = hpack.Decoder()
+        self._known: dict[bytes, list[tuple[str, str]]] = {}
+
+    def decode(self, block: bytes) -> list[tuple[str, str]]:
+        """The block's (name, value) pairs; the list is shared between calls with the same block: do not change it."""
+        pairs = self._known.get(block)
+        if pairs is not None:
+            return pairs
+        pairs = [(str(name), str(value)) for name, value in self._decoder.decode(block)]
+        if not _only_indexed(block):
+            self._known.clear()  # the table may have changed: an index may now mean another header
+        elif len(self._known) < self.KEPT:
+            self._known[block] = pairs
+        return pairs
+
+
+def _only_indexed(block: bytes) -> bool:
+    """Whether every field of a (well-formed) header block is an indexed field (RFC 7541 6.1)."""
+    at, end = 0, len(block)
+    while at < end:
+        first = block[at]
+        if not first & 0x80:
+            return False
+        at += 1
+        if first & 0x7F == 0x7F:  # the index goes on in bytes whose high bit says another follows
+            while block[at] & 0x80:
+                at += 1
+            at += 1
+    return True
+
+
 class ConnectionError_(Exception):
     """A connection error: the connection ends with GOAWAY and this code."""
 
@@ -130,7 +170,7 @@ class H2Connection(asyncio.Protocol):
         self.preface_seen = False
         self.streams: dict[int, Stream] = {}
         self.last_stream_id = 0
-        self.decoder = hpack.Decoder()
+        self.decoder = HeaderDecoder()
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = 16_384
         self.send_window = DEFAULT_WINDOW  # the connection's
@@ -324,8 +364,7 @@ class H2Connection(asyncio.Protocol):
         if len(self.streams) >= MAX_CONCURRENT_STREAMS:
             self._reset_stream(stream_id, REFUSED_STREAM)
             return
-        pairs = [(str(name), str(value)) for name, value in headers]
-        stream = self.open_stream(self, stream_id, pairs, end_stream)
+        stream = self.open_stream(self, stream_id, headers, end_stream)
         if stream is None:
             return
         self.streams[stream_id] = stream
