@@ -50,12 +50,12 @@ class PassThroughScheduler(Scheduler):
 
     async def _lane(self) -> None:
         """Run queued requests one after another; end once stopping with nothing queued."""
-        queue = self._queue
+        queue, loop = self._queue, asyncio.get_running_loop()
         while True:
             if not queue:
                 if self._stopping:
                     return
-                woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                woken: asyncio.Future[None] = loop.create_future()
                 self._idle_lanes.append(woken)
                 await woken
                 continue

@@ -111,6 +111,7 @@ class WorkerProcess:
         self._arenas: dict[str, Arena] = {}
         self._process: asyncio.subprocess.Process | None = None
         self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()  # kept: each asyncio.get_running_loop() costs a getpid() system call
         self._outgoing: list[bytes] = []  # frames written during this event-loop turn, sent at its end
         self._exit_task: asyncio.Task[None] | None = None
         # The answers the worker owes, in the order it will send them (it answers in the order it was asked).
@@ -259,7 +260,7 @@ class WorkerProcess:
         """Send a message and wait for the worker's answer (see ``_wait_reply``)."""
         if self.exit_description is not None or self._transport is None:
             raise WorkerFailure(self.exit_description or "is not running")
-        reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[Message] = self._loop.create_future()
         self._replies.append(reply)
         self._send(encode(kind, body))
         return await self._wait_reply(reply, timeout, what)
@@ -304,7 +305,7 @@ class WorkerProcess:
         """Queue ``frame`` for the worker: the frames of one event-loop turn (the requests of several connections
         that arrived together) leave in one write, which wakes the worker once."""
         if not self._outgoing:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
         self._outgoing.append(frame)
 
     def _flush(self) -> None:

@@ -265,5 +265,8 @@ class CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:  # asked after every response: spared __getattr__'s lookup
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
