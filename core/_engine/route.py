@@ -30,7 +30,7 @@ class TensorRule:
     reshape: tuple[int, ...] | None
 
     def matches(self, shape: tuple[int, ...]) -> bool:
-        return _fits(shape, self.dims)
+        return shape == self.dims or _fits(shape, self.dims)  # equal: the common case, without a generator
 
 
 def _quoted(names: Iterable[str]) -> str:
@@ -143,7 +143,7 @@ class ModelRoute:
                                    f"{list(tensor.shape)}, which cannot be reshaped to its config dims "
                                    f"{([-1] if batching else []) + list(rule.dims)}")
                 tensor.reshape(prefix + rule.dims)
-            if element_count(tensor.shape) != tensor.size:
+            if tensor.wire is None and element_count(tensor.shape) != tensor.size:  # wire bytes were counted
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}' whose data holds "
                                f"{tensor.size} elements for shape {list(tensor.shape)}")
             requested = wanted.get(tensor.name)
