@@ -25,6 +25,9 @@ Buffer = bytes | bytearray | memoryview
 WireError = tuple[str, str]
 
 
+_COPIED_THROUGH_BYTES = 4096  # an array this small is copied fastest through one bytes object (a view costs more)
+
+
 class TensorLayout:
     """Gives each tensor of a message an offset (a multiple of ``alignment``) in one buffer of ``size``
     bytes; ``write`` copies them into a buffer (a shared-memory arena, say), ``tobytes`` makes one."""
@@ -36,7 +39,7 @@ class TensorLayout:
 
     def add(self, name: str, datatype: str, array: np.ndarray) -> TensorRef:
         """Lay out ``array`` (cast to ``datatype``'s element type if it is not already) and describe it."""
-        shape = tuple(int(dim) for dim in array.shape)
+        shape = array.shape  # a tuple of ints
         if datatype == "BYTES":
             return self._place(name, datatype, shape, serialize_bytes(array))
         wire = BY_NAME[datatype].numpy
@@ -60,6 +63,8 @@ class TensorLayout:
         for offset, payload in self._pending:
             if not isinstance(payload, np.ndarray):
                 buf[offset:offset + len(payload)] = payload
+            elif payload.nbytes <= _COPIED_THROUGH_BYTES:
+                buf[offset:offset + payload.nbytes] = payload.tobytes()
             elif payload.size:
                 np.ndarray(payload.shape, payload.dtype, buffer=buf, offset=offset)[...] = payload
         self._pending.clear()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from triton_serve.plugin import TensorRef
 
 _HEADER = struct.Struct("<BI")
+_RECEIVE_SIZE = 65536  # bytes asked of each recv: a whole frame of a small batch, and any that follow it
 _T = TypeVar("_T")
 
 
@@ -118,7 +119,7 @@ class BlockingChannel:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._reader = sock.makefile("rb")
+        self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the thread reading a frame
         self._filed = threading.Condition(threading.Lock())  # threads wait on it while another one reads
@@ -256,11 +257,32 @@ class BlockingChannel:
             self._inbox.append(message)
 
     def _read(self) -> Message | None:
-        header = self._reader.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            return None
-        code, length = _HEADER.unpack(header)
-        body = self._reader.read(length)
-        if len(body) < length:
-            return None
-        return _KINDS[code], marshal.loads(body)
+        """The next frame's message, or None once the server closed its end. A whole frame usually comes in one
+        ``recv`` (cheaper than a buffered reader's two reads); a frame split across reads is put together."""
+        data = self._buffered
+        if not data:  # the usual case: nothing left from the last read, so read without joining
+            data = self._sock.recv(_RECEIVE_SIZE)
+        if len(data) < _HEADER.size:
+            data = self._receive_at_least(data, _HEADER.size)
+            if len(data) < _HEADER.size:
+                return None
+        code, length = _HEADER.unpack_from(data)
+        end = _HEADER.size + length
+        if len(data) < end:
+            data = self._receive_at_least(data, end)
+            if len(data) < end:
+                return None
+        self._buffered = data[end:]
+        return _KINDS[code], marshal.loads(memoryview(data)[_HEADER.size:end])
+
+    def _receive_at_least(self, data: bytes, size: int) -> bytes:
+        """``data`` and what the socket sends next: ``size`` bytes or more, fewer if the connection ends first."""
+        chunks = [data] if data else []  # (a join of one chunk is that chunk, not a copy)
+        have = len(data)
+        while have < size:
+            chunk = self._sock.recv(max(size - have, _RECEIVE_SIZE))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            have += len(chunk)
+        return b"".join(chunks)

@@ -41,7 +41,7 @@ _TYPES = (
 BY_NUMBER = {t.number: t for t in _TYPES}
 BY_CONFIG_NAME = {t.config_name: t for t in _TYPES}
 BY_NAME = {t.name: t for t in _TYPES}
-_BY_NUMPY = {np.dtype(t.numpy): t for t in _TYPES if t.numpy is not None and t.name != "BYTES"}
+BY_NUMPY = {np.dtype(t.numpy): t for t in _TYPES if t.numpy is not None and t.name != "BYTES"}  # native dtypes
 
 
 def type_of_numpy(dtype: Any) -> TritonType | None:
@@ -49,7 +49,7 @@ def type_of_numpy(dtype: Any) -> TritonType | None:
     dtype = np.dtype(dtype)
     if dtype.kind in ("O", "S", "U"):
         return BY_NAME["BYTES"]
-    return _BY_NUMPY.get(dtype.newbyteorder("=") if dtype.byteorder in "<>" else dtype)
+    return BY_NUMPY.get(dtype.newbyteorder("=") if dtype.byteorder in "<>" else dtype)
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:

@@ -48,14 +48,15 @@ class InferenceResponse:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException("InferenceResponse output_tensors must be pb_utils.Tensor objects, "
                                            f"got {type(tensor).__name__}")
-        if isinstance(error, str):  # Triton takes the text as the message of an INTERNAL error
-            error = TritonError(error)
-        if error is not None and not isinstance(error, TritonError):
-            raise TritonModelException(f"InferenceResponse error must be a pb_utils.TritonError or a str, "
-                                       f"got {type(error).__name__}")
+        if error is not None:  # (the usual None skips both checks)
+            if isinstance(error, str):  # Triton takes the text as the message of an INTERNAL error
+                error = TritonError(error)
+            elif not isinstance(error, TritonError):
+                raise TritonModelException(f"InferenceResponse error must be a pb_utils.TritonError or a str, "
+                                           f"got {type(error).__name__}")
         self._tensors = tensors
         self._error = error
-        self._parameters = checked_parameters(parameters, "response")
+        self._parameters = {} if parameters is None else checked_parameters(parameters, "response")
 
     def output_tensors(self) -> list[Tensor]:
         return self._tensors
@@ -83,18 +84,37 @@ class InferenceRequest:
             if not isinstance(tensor, Tensor):
                 raise TritonModelException(f"InferenceRequest inputs must be pb_utils.Tensor objects, "
                                            f"got {type(tensor).__name__}")
+        self._fill(model_name, model_version, list(inputs), list(requested_output_names), request_id, correlation_id,
+                   flags, timeout, preferred_memory or PreferredMemory(), trace or InferenceTrace(),
+                   checked_parameters(parameters, "request", (bool, int, float, str)), None)
+
+    @classmethod
+    def _received(cls, model_name: str, model_version: int, inputs: list[Tensor], requested_output_names: list[str],
+                  request_id: str, correlation_id: int | str, flags: int, timeout: int, trace: InferenceTrace,
+                  parameters: dict[str, Any], sender: InferenceResponseSender) -> InferenceRequest:
+        """A request as ``execute`` receives it, without ``__init__``'s checks and copies: the worker made its inputs
+        and lists, and the server checked the rest (the parameters' values are checked as ``__init__`` does)."""
+        request = cls.__new__(cls)
+        request._fill(model_name, model_version, inputs, requested_output_names, request_id, correlation_id, flags,
+                      timeout, PreferredMemory(), trace,
+                      checked_parameters(parameters, "request", (bool, int, float, str)) if parameters else {}, sender)
+        return request
+
+    def _fill(self, model_name: str, model_version: int, inputs: list[Tensor], requested_output_names: list[str],
+              request_id: str, correlation_id: int | str, flags: int, timeout: int, preferred_memory: PreferredMemory,
+              trace: InferenceTrace, parameters: dict[str, Any], sender: InferenceResponseSender | None) -> None:
         self._model_name = model_name
-        self._requested_output_names = list(requested_output_names)
-        self._inputs = list(inputs)
+        self._requested_output_names = requested_output_names
+        self._inputs = inputs
         self._request_id = request_id
         self._correlation_id = correlation_id
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
-        self._preferred_memory = preferred_memory or PreferredMemory()
-        self._trace = trace or InferenceTrace()
-        self._parameters = checked_parameters(parameters, "request", (bool, int, float, str))
-        self._sender: InferenceResponseSender | None = None  # set on the requests ``execute`` receives
+        self._preferred_memory = preferred_memory
+        self._trace = trace
+        self._parameters = parameters
+        self._sender = sender  # set on the requests ``execute`` receives
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

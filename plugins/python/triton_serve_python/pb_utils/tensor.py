@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import TritonType, type_of_numpy
+from .dtypes import BY_NUMPY, TritonType, type_of_numpy
 from .errors import TritonModelException
 
 _DLPACK_CPU = (1, 0)  # (kDLCPU, device 0)
@@ -37,7 +37,8 @@ class Tensor:
             raise TritonModelException(f"tensor name must be a str, got {type(name).__name__}")
         if not isinstance(array, np.ndarray):
             raise TritonModelException(f"tensor '{name}' needs a numpy array, got {type(array).__name__}")
-        found = type_of_numpy(array.dtype)
+        # a native dtype is found with one dict lookup; type_of_numpy handles the rest (byte order, BYTES)
+        found = BY_NUMPY.get(array.dtype) or type_of_numpy(array.dtype)
         if found is None:
             raise TritonModelException(f"tensor '{name}' has numpy dtype {array.dtype}, which has no Triton datatype")
         self._name = name
