@@ -27,12 +27,13 @@ class PassThroughScheduler(Scheduler):
         self._idle_lanes: deque[asyncio.Future[None]] = deque()  # each resolved to give its lane a request
         self._stopping = False
 
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._lanes = [loop.create_task(self._lane()) for _ in range(max(self.pool.capacity, 1))]
+
     def enqueue(self, request: InferenceRequest) -> None:
         if self._stopping:
             raise ServerError(f"model '{self.model.name}' is unloading", Status.UNAVAILABLE)
-        if not self._lanes:
-            loop = asyncio.get_running_loop()
-            self._lanes = [loop.create_task(self._lane()) for _ in range(max(self.pool.capacity, 1))]
         self._queue.append(request)
         self._wake_lanes(1)
 

@@ -187,7 +187,7 @@ class WorkerProcess:
         finally:
             worker_end.close()
         self._exit_task = asyncio.create_task(self._watch_exit())
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         started: asyncio.Future[Message] = loop.create_future()
         self._replies.append(started)
         try:
@@ -270,7 +270,7 @@ class WorkerProcess:
         seconds (0: no limit), and raise WorkerFailure if it dies first."""
         if not timeout:
             return await reply
-        timer = asyncio.get_running_loop().call_later(timeout, self._time_out, reply, timeout, what)
+        timer = self._loop.call_later(timeout, self._time_out, reply, timeout, what)
         try:
             return await reply
         finally:
@@ -292,7 +292,7 @@ class WorkerProcess:
         """Until the worker has answered everything it was asked (or died)."""
         while self._replies:
             if self._drained is None:
-                self._drained = asyncio.get_running_loop().create_future()
+                self._drained = self._loop.create_future()
             await asyncio.shield(self._drained)
 
     def _wake_drained(self) -> None:
@@ -356,7 +356,7 @@ class WorkerProcess:
 
     def _on_disconnect(self) -> None:
         if self.exit_description is None:
-            asyncio.get_running_loop().call_later(
+            self._loop.call_later(
                 _EOF_GRACE_S, self._kill, "was killed because it closed its connection to the server")
 
     def _grow_output(self, needed: int) -> None:

@@ -13,9 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
-
-from triton_serve.plugin import TensorRef, read_tensor
+from triton_serve.plugin import read_tensor
 
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
@@ -174,7 +172,7 @@ class ModelRunner:
 
     def _request(self, request: RequestTuple, input_buffer: memoryview, key: int) -> InferenceRequest:
         request_id, correlation_id, flags, timeout, outputs, parameters, refs = request
-        inputs = [_input_tensor(input_buffer, ref) for ref in refs]
+        inputs = [Tensor._typed(ref[0], read_tensor(input_buffer, ref, copy=False), BY_NAME[ref[1]]) for ref in refs]
         return InferenceRequest._received(
             self.model_name, self.model_version, inputs, outputs or self.all_outputs, request_id, correlation_id,
             flags, timeout, InferenceTrace(key), parameters, InferenceResponseSender(self.link, key, self.decoupled))
@@ -216,18 +214,6 @@ class ModelRunner:
             asyncio.set_event_loop(self._loop)  # as Triton: asyncio.get_event_loop() in execute finds it
             threading.Thread(target=self._loop.run_forever, name="model event loop", daemon=True).start()
         return self._loop
-
-
-def _input_tensor(input_buffer: memoryview, ref: TensorRef) -> Tensor:
-    """The input ``ref`` describes: a view of ``input_buffer``. The server checked that its byte count fits its
-    shape, so a fixed-size one is one ``np.frombuffer`` (faster than read_tensor, which checks that again)."""
-    name, datatype, shape, offset, nbytes = ref
-    triton_type = BY_NAME[datatype]
-    if datatype == "BYTES" or nbytes == 0:
-        return Tensor._typed(name, read_tensor(input_buffer, ref, copy=False), triton_type)
-    wire = triton_type.wire
-    array = np.frombuffer(input_buffer, wire, nbytes // wire.itemsize, offset).reshape(shape)
-    return Tensor._typed(name, array, triton_type)
 
 
 async def _awaited(pending: Any) -> Any:

@@ -43,10 +43,6 @@ class WorkerArenas:
         close_mapping(old)
 
 
-_EXECUTE = Kind.EXECUTE  # per-request kinds as globals (compared with ``is``): cheaper than the enum's attributes
-_RESULT = Kind.RESULT
-
-
 def _response_tuple(response: InferenceResponse | None, layout: TensorLayout) -> ResponseTuple | None:
     if response is None:  # answered through the request's response sender
         return None
@@ -81,11 +77,11 @@ def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArena
         if inline is not None:
             outputs = bytearray(layout.size)
             layout.write(memoryview(outputs))
-            return encode(_RESULT, (None, results, outputs, (started, finished)))
+            return encode(Kind.RESULT, (None, results, outputs, (started, finished)))
         if layout.size > arenas.output.size:
             arenas.grow_output(channel, layout.size)
         layout.write(mapped_bytes(arenas.output))
-        return encode(_RESULT, (None, results, None, (started, finished)))
+        return encode(Kind.RESULT, (None, results, None, (started, finished)))
     except Exception as error:
         return encode(Kind.RESULT, (_batch_error(error, runner.link.model_instance_name), None, None, None))
 
@@ -96,7 +92,7 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
         if message is None:
             return 0
         kind, body = message
-        if kind is _EXECUTE:
+        if kind == Kind.EXECUTE:
             input_arena, requests, keys, inline = body
             if input_arena is not None:
                 arenas.replace_input(input_arena)
