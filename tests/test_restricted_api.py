@@ -7,27 +7,34 @@ import asyncio
 import http.client
 import json
 import queue
+import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from starlette.routing import Route
 from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.errors import ServerError
 from triton_serve._engine.frontend.frontends import FrontendOptions
+from triton_serve._engine.frontend.http.app import INFER_PATH, HttpFrontend
+from triton_serve._engine.frontend.http.generate import GENERATE_PATH
+from triton_serve._engine.frontend.platforms.listeners import PlatformOptions
 from triton_serve._engine.frontend.header_forwarding import HeaderForwarder, forward_pattern_regex
 from triton_serve._engine.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
-from triton_serve._engine.frontend.restricted import (GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES, grpc_interceptors, http_category,
-                                     parse_restrictions, restrict_http)
+from triton_serve._engine.frontend.restricted import (CATEGORIES, GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES,
+                                                     grpc_interceptors, http_category, parse_restrictions,
+                                                     restrict_http)
 from triton_serve._engine.server import Server, ServerOptions
-from triton_serve.testing import RunningServer, free_port
+from triton_serve.testing import RunningServer, ToyBackendsPlugin, free_port
 
 pytest.importorskip("triton_serve_python")
 
@@ -389,3 +396,143 @@ def test_a_bad_pattern_given_in_server_options_fails_the_start(tmp_path: Path) -
                                   grpc_header_forward_pattern="("))
     with pytest.raises(ServerError, match="--grpc-header-forward-pattern: invalid regular expression '\\('"):
         asyncio.run(server.start())
+
+
+# ---- every route of every HTTP listener goes through the one check ------------------------------------
+
+ADMIN = {"admin-key": "secret"}
+IDENTITY = ('backend: "toy_identity"\nmax_batch_size: 0\n'
+            'input { name: "INPUT0" data_type: TYPE_FP32 dims: [1] }\n'
+            'output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [1] }')
+VERTEX_PREDICT, VERTEX_HEALTH = "/v1/endpoints/e/deployedModels/d:predict", "/v1/endpoints/e/deployedModels/d"
+REDIRECT = "X-Vertex-Ai-Triton-Redirect"
+# Where a redirect may not go, Triton's Vertex AI listener answers 400 (generate, logging, trace) ...
+NOT_REDIRECTED = re.compile(r"/v2/(?:models/[^/]+(?:/versions/1)?/(?:generate|generate_stream|trace/setting)"
+                            r"|logging|trace/setting)")
+# ... and where it changes state, 403 whatever the headers (Triton 2.68).
+STATE_CHANGING = re.compile(r"/v2/(?:repository(?:/r)?/models/[^/]+/(?:load|unload)"
+                            r"|(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:register|unregister))")
+
+
+def _kserve_routes() -> list[tuple[str, str]]:
+    """(method, a concrete path) for every route the KServe v2 app serves: each starlette route, and the
+    inference paths it serves without starlette."""
+    frontend = HttpFrontend(None)  # type: ignore[arg-type]  # routing only: no request reaches the data plane
+    routes = []
+    for route in frontend._routes().routes:
+        assert isinstance(route, Route)
+        path = route.path.replace("{model}", "ident").replace("{version:int}", "1").replace(
+            "{repository}", "r").replace("{region}", "reg")
+        assert "{" not in path, f"a path parameter the test does not fill in: {route.path}"
+        routes += [(method, path) for method in sorted(route.methods or ()) if method != "HEAD"]
+    for raw in ("infer", "generate", "generate_stream"):
+        for prefix in ("/v2/models/ident", "/v2/models/ident/versions/1"):
+            path = f"{prefix}/{raw}"
+            assert INFER_PATH.fullmatch(path) or GENERATE_PATH.fullmatch(path)
+            routes.append(("POST", path))
+    return routes
+
+
+def test_every_kserve_route_has_a_restricted_category() -> None:
+    """A route added to the HTTP app without a category in restricted.py fails here."""
+    routes = _kserve_routes()
+    assert len(routes) > 30
+    unchecked = [(method, path) for method, path in routes if http_category(path) is None]
+    assert unchecked == []
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Every category restricted on HTTP (the SageMaker and Vertex AI listeners too) and gRPC; ``ident`` loaded,
+    ``other`` in the repository but not loaded (explicit model control)."""
+    repo = tmp_path_factory.mktemp("guarded")
+    for name in ("ident", "other"):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(IDENTITY)
+    every = [",".join(CATEGORIES) + ":admin-key=secret"]
+    running = RunningServer(ServerOptions(
+        model_repositories=[str(repo)], http_port=free_port(), grpc_port=free_port(), http_address="127.0.0.1",
+        grpc_address="127.0.0.1", allow_metrics=False, model_control_mode="explicit", load_models=["ident"],
+        extra_plugins=[("toy", ToyBackendsPlugin())],
+        http_restricted_api=parse_restrictions("--http-restricted-api", every, kind="api"),
+        grpc_restricted_protocol=parse_restrictions("--grpc-restricted-protocol", every, kind="protocol",
+                                                    header_prefix=GRPC_HEADER_PREFIX),
+        platforms=PlatformOptions(sagemaker_port=free_port(), sagemaker_default_model="ident",
+                                  vertex_ai_port=free_port(), vertex_ai_predict_route=VERTEX_PREDICT,
+                                  vertex_ai_health_route=VERTEX_HEALTH, vertex_ai_default_model="ident")))
+    yield running
+    running.stop()
+
+
+def _model_states(server: RunningServer) -> dict[str, str]:
+    answer = httpx.post(f"http://{server.http_url}/v2/repository/index", json={}, headers=ADMIN, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return {entry["name"]: entry.get("state", "") for entry in answer.json()}
+
+
+REFUSED = {"error": "This API is restricted, expecting header 'admin-key'"}
+
+
+def test_no_http_listener_serves_a_route_without_the_header(guarded: RunningServer) -> None:
+    """Every KServe v2 route, on the HTTP port and redirected through Vertex AI, and every SageMaker and Vertex AI
+    route: refused without the header; no model changed state."""
+    before = _model_states(guarded)
+    assert before == {"ident": "READY", "other": ""}
+    platforms = guarded.options.platforms
+    body = {"parameters": {"unload_dependents": False}}
+    with httpx.Client(base_url=f"http://{guarded.http_url}", timeout=30) as http, \
+            httpx.Client(base_url=f"http://127.0.0.1:{platforms.vertex_ai_port}", timeout=30) as vertex, \
+            httpx.Client(base_url=f"http://127.0.0.1:{platforms.sagemaker_port}", timeout=30) as sagemaker:
+        for method, path in _kserve_routes():
+            answer = http.request(method, path, json=body if method == "POST" else None)
+            assert (answer.status_code, answer.json()) == (403, REFUSED), (method, path)
+            redirected = vertex.post(VERTEX_PREDICT, json=body, headers={REDIRECT: path[1:]})
+            expected = 400 if NOT_REDIRECTED.fullmatch(path) else 403
+            assert redirected.status_code == expected, (path, redirected.text)
+            if expected == 403 and not STATE_CHANGING.fullmatch(path):
+                assert redirected.json() == REFUSED, path
+        assert vertex.post(VERTEX_PREDICT, json=body).status_code == 403  # the default model's infer
+        assert vertex.get(VERTEX_HEALTH).status_code == 403
+        for method, path in [("GET", "/ping"), ("POST", "/invocations"), ("GET", "/models"), ("GET", "/models/ident"),
+                             ("POST", "/models"), ("DELETE", "/models/ident")]:
+            answer = sagemaker.request(method, path, json=body)
+            assert (answer.status_code, answer.json()) == (403, REFUSED), (method, path)
+        assert sagemaker.post("/models/ident/invoke", json=body).status_code == 404  # no model registered, first
+    assert _model_states(guarded) == before
+
+
+def test_platform_routes_serve_with_the_header_and_redirects_never_change_state(guarded: RunningServer) -> None:
+    platforms = guarded.options.platforms
+    with httpx.Client(base_url=f"http://127.0.0.1:{platforms.vertex_ai_port}", timeout=30) as vertex, \
+            httpx.Client(base_url=f"http://127.0.0.1:{platforms.sagemaker_port}", timeout=30) as sagemaker:
+        assert vertex.get(VERTEX_HEALTH, headers=ADMIN).status_code == 200
+        index = vertex.post(VERTEX_PREDICT, json={}, headers={**ADMIN, REDIRECT: "v2/repository/index"})
+        assert [entry["name"] for entry in index.json()] == ["ident", "other"]
+        answer = vertex.post(VERTEX_PREDICT, headers={**ADMIN, REDIRECT: "v2/models/ident/config"})
+        assert answer.json()["name"] == "ident"
+        for endpoint in ("v2/repository/models/ident/unload", "v2/repository/models/other/load",
+                         "v2/systemsharedmemory/region/r/unregister", "v2/cudasharedmemory/register"):
+            answer = vertex.post(VERTEX_PREDICT, json={}, headers={**ADMIN, REDIRECT: endpoint})
+            assert (answer.status_code, answer.content) == (403, b""), endpoint
+        # Vertex AI sends POST only: another method with the redirect header is 405, before the header check
+        for method in ("GET", "PUT", "DELETE"):
+            assert vertex.request(method, VERTEX_PREDICT, headers={REDIRECT: "v2/repository/index"}).status_code == 405
+        assert sagemaker.get("/ping", headers=ADMIN).status_code == 200
+        answer = sagemaker.post("/invocations", headers=ADMIN, json={"inputs": [
+            {"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [2.5]}]})
+        assert answer.status_code == 200 and answer.json()["outputs"][0]["data"] == [2.5]
+        assert sagemaker.get("/models", headers=ADMIN).json() == {"models": []}
+    assert _model_states(guarded) == {"ident": "READY", "other": ""}
+
+
+def test_grpc_model_control_needs_the_metadata(guarded: RunningServer) -> None:
+    client = grpcclient.InferenceServerClient(guarded.grpc_url)
+    admin = {GRPC_HEADER_PREFIX + "admin-key": "secret"}
+    try:
+        for call in (lambda: client.load_model("other"), lambda: client.unload_model("ident"),
+                     lambda: client.load_model("other", config='{"backend": "toy_identity"}')):
+            with pytest.raises(InferenceServerException, match="expecting header 'triton-grpc-protocol-admin-key'"):
+                call()
+        assert client.is_model_ready("ident", headers=admin) and not client.is_model_ready("other", headers=admin)
+    finally:
+        client.close()

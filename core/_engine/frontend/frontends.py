@@ -83,7 +83,8 @@ class Frontends:
         grpc_forwarder = header_forwarder(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
         # the SageMaker and Vertex AI listeners first: their settings may fail the start before anything serves
         platforms = await bind_platform_listeners(self.api, options.platforms, reuse_port=self.reuse_port,
-                                                  max_input_size=options.http_max_input_size)
+                                                  max_input_size=options.http_max_input_size,
+                                                  restrictions=options.http_restricted_api)
         http_socket = None
         if options.allow_http:  # bind first: a taken port fails the start before anything serves
             try:

@@ -1,5 +1,6 @@
-"""Restricted APIs (``--http-restricted-api``, ``--grpc-restricted-protocol``): Triton's categories, which
-endpoints and RPCs each covers, and the header check a front-end runs before a restricted call."""
+"""Restricted APIs (``--http-restricted-api``, ``--grpc-restricted-protocol``): Triton's categories, the category of
+every route each listener serves (KServe v2 HTTP, SageMaker, Vertex AI, gRPC), and the one header check each
+listener runs before a restricted call."""
 from __future__ import annotations
 
 import json
@@ -79,36 +80,89 @@ def http_category(path: str) -> str | None:
     return None if match is None else _HTTP_ROUTES[match.lastindex - 1][1]  # type: ignore[operator]
 
 
-def restrict_http(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
-    """``app`` behind Triton's check: a request to a restricted endpoint without the expected header
-    value gets 403 and ``{"error": "This API is restricted, expecting header '<key>'"}``, before any
-    other check (method, body). Returns ``app`` itself when nothing is restricted."""
-    if not restrictions:
-        return app
-    # category -> (header name as ASGI spells it, expected value, the refusal's body)
-    checks: dict[str | None, tuple[bytes, bytes, bytes]] = {
-        category: (header.lower().encode(), value.encode(),
-                   json.dumps({"error": f"This API is restricted, expecting header '{header}'"}).encode())
-        for category, (header, value) in restrictions.items()}
+def kserve_category(scope: Scope) -> str | None:
+    """The category of a request to the KServe v2 app (the HTTP port, and what a platform listener forwards)."""
+    return http_category(scope["path"])
 
-    async def restricted_app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            check = checks.get(http_category(scope["path"]))
-            if check is not None:
-                header, expected, refusal = check
-                given = None
-                for name, value in scope["headers"]:
-                    if name == header:  # the first header of that name decides, as in Triton
-                        given = value
-                        break
-                if given != expected:
+
+# SageMaker's multi-model routes (Triton's models_regex_): /models, /models/<name>, /models/<name>/invoke.
+_SAGEMAKER_MODELS = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")
+
+
+def sagemaker_category(scope: Scope) -> str | None:
+    """The category of a request to a route the SageMaker listener answers itself, as Triton's
+    SagemakerAPIServer checks them: ``/ping`` is health; listing, describing, loading (``POST /models``) and
+    unloading (``DELETE /models/<name>``) models are model-repository. ``/invocations`` is forwarded to the KServe
+    v2 app, whose check sees it as the default model's ``infer`` (or ``generate``); ``POST /models/<name>/invoke``
+    answers 404 first (no model is registered at run time), as Triton does for a model it did not load."""
+    path, method = scope["path"], scope["method"]
+    if path == "/ping":
+        return "health"
+    if (models := _SAGEMAKER_MODELS.fullmatch(path)) is None:
+        return None
+    if method in ("GET", "DELETE") or (method == "POST" and not models[2]):
+        return "model-repository"
+    return None
+
+
+def vertex_ai_category(health_route: str) -> Callable[[Scope], str | None]:
+    """The category of a request to a route the Vertex AI listener answers itself: ``AIP_HEALTH_ROUTE`` is health.
+    ``AIP_PREDICT_ROUTE`` is forwarded to the KServe v2 app, whose check sees the default model's ``infer`` or,
+    with ``X-Vertex-Ai-Triton-Redirect``, the endpoint the header names (after the listener's own method check,
+    as in Triton)."""
+    def category(scope: Scope) -> str | None:
+        return "health" if scope["path"] == health_route else None
+    return category
+
+
+class RestrictionCheck:
+    """The one header check of every HTTP listener: the KServe v2 app on the HTTP port, the SageMaker and Vertex
+    AI listeners, and the KServe v2 app they forward to. A request to an endpoint of a restricted category
+    without the category's header (any case) set to exactly the expected value gets 403 and
+    ``{"error": "This API is restricted, expecting header '<key>'"}``, before any other check (method, body), as
+    Triton answers on each of those listeners (``--http-restricted-api`` applies to all of them)."""
+
+    def __init__(self, restrictions: Restrictions) -> None:
+        # category -> (header name as ASGI spells it, expected value, the refusal's body)
+        self._rules = {
+            category: (header.lower().encode(), value.encode(),
+                       json.dumps({"error": f"This API is restricted, expecting header '{header}'"}).encode())
+            for category, (header, value) in restrictions.items()}
+
+    def refusal(self, category: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+        """The 403 body for a request of ``category`` carrying ``headers`` (ASGI's lower-case names); None when
+        it may proceed."""
+        rule = self._rules.get(category) if category is not None else None
+        if rule is None:
+            return None
+        header, expected, refusal = rule
+        for name, value in headers:
+            if name == header:  # the first header of that name decides, as in Triton
+                return None if value == expected else refusal
+        return refusal
+
+    def guard(self, app: AsgiApp, category_of: Callable[[Scope], str | None]) -> AsgiApp:
+        """``app`` behind the check, ``category_of(scope)`` naming each request's category (None: no endpoint
+        of a category). Returns ``app`` itself when nothing is restricted."""
+        if not self._rules:
+            return app
+
+        async def restricted_app(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                refusal = self.refusal(category_of(scope), scope["headers"])
+                if refusal is not None:
                     await _discard_body(receive)  # hypercorn closes a connection whose request body is unread
                     await send({"type": "http.response.start", "status": 403, "headers": [
                         (b"content-type", b"application/json"), (b"content-length", str(len(refusal)).encode())]})
                     await send({"type": "http.response.body", "body": refusal})
                     return
-        await app(scope, receive, send)
-    return restricted_app
+            await app(scope, receive, send)
+        return restricted_app
+
+
+def restrict_http(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
+    """The KServe v2 ``app`` behind ``RestrictionCheck``; ``app`` itself when nothing is restricted."""
+    return RestrictionCheck(restrictions).guard(app, kserve_category)
 
 
 async def _discard_body(receive: Receive) -> None:

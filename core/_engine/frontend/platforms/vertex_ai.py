@@ -1,5 +1,6 @@
 """The Vertex AI listener (``--allow-vertex-ai``): ``AIP_HEALTH_ROUTE`` and ``AIP_PREDICT_ROUTE``, the latter
-inferring the default model or, with ``X-Vertex-Ai-Triton-Redirect``, serving the KServe v2 route it names."""
+inferring the default model or, with ``X-Vertex-Ai-Triton-Redirect`` on a POST, serving the read-only KServe v2
+route it names (the KServe v2 app it forwards to runs the ``--http-restricted-api`` check)."""
 from __future__ import annotations
 
 import logging
@@ -57,6 +58,16 @@ async def resolve_default_model(api: DataPlaneAPI, settings: VertexAiSettings) -
     return settings.default_model
 
 
+def redirect_blocked(endpoint: str) -> bool:
+    """Whether a redirect names an endpoint that changes state (shared memory register and unregister, model
+    load and unload): refused with 403 whatever the headers, as in Triton since 2.68; those need the HTTP port."""
+    shared = SHARED_MEMORY_ROUTE.fullmatch(endpoint)
+    if shared is not None:
+        return shared[1] != "status"
+    repository = REPOSITORY_ROUTE.fullmatch(endpoint)
+    return repository is not None and repository[1] != "index"
+
+
 def redirect_method(endpoint: str) -> str | None:
     """The method Triton serves a redirected ``endpoint`` with (Vertex AI only sends POST), None where a
     redirect may not name it."""
@@ -67,9 +78,9 @@ def redirect_method(endpoint: str) -> str | None:
         return {"infer": "POST", "ready": "GET", "config": "GET", "stats": "GET", "": "GET"}.get(kind)
     if SERVER_ROUTE.fullmatch(endpoint) is not None:
         return "GET"
-    if (shared := SHARED_MEMORY_ROUTE.fullmatch(endpoint)) is not None:
-        return "GET" if shared[1] == "status" else "POST"
-    if REPOSITORY_ROUTE.fullmatch(endpoint) is not None:
+    if (shared := SHARED_MEMORY_ROUTE.fullmatch(endpoint)) is not None and shared[1] == "status":
+        return "GET"
+    if (repository := REPOSITORY_ROUTE.fullmatch(endpoint)) is not None and repository[1] == "index":
         return "POST"
     return None
 
@@ -98,6 +109,10 @@ def vertex_ai_app(api: DataPlaneAPI, triton: ASGIApp, settings: VertexAiSettings
             log.debug("Redirecting Vertex AI request: %s", endpoint)
             if method != "POST":
                 await reply(send, 405)
+                return
+            if redirect_blocked(endpoint):
+                log.debug("Vertex AI redirect blocked: %s", endpoint)
+                await reply(send, 403)
                 return
             served_as = redirect_method(endpoint)
             if served_as is not None:
