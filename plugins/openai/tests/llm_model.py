@@ -3,8 +3,10 @@ config declares), for the OpenAI front-end's tests. Its "tokens" are the prompt'
 per token (a prompt holding «text» answers text's words instead, in order); generation stops at a stop word,
 after max_tokens or when the words run out. A prompt holding "boom"
 fails after the first token; one holding "slow" waits between tokens and, cancelled, writes "cancelled" into
-the model's directory; one over CONTEXT words is refused (INVALID_ARG). Asked for logprobs (vLLM's contract), token i of a reply gets logprob -i/10 at rank 1, and
-each of the top ``logprobs`` alternatives "alt<k>" logprob -k."""
+the model's directory; one over CONTEXT words is refused (INVALID_ARG). Asked for logprobs (vLLM's contract), each token's entry lists the sampled token first, then the top
+``logprobs`` tokens: token i of even i is the most likely (logprob -i/10, rank 1) before "alt<k>" (logprob -k,
+rank k+1, k from 1); token i of odd i was sampled at rank top+1 (logprob -(top+1)) after "alt<k>" (logprob -k-0.5,
+rank k+1, k from 0)."""
 import json
 import os
 import threading
@@ -55,10 +57,16 @@ class TritonPythonModel:
         outputs = [pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))]
         if flags["return_logprobs"]:
             entries = []
+            top = flags["top"]
             for index, token in enumerate(tokens, start=first):
-                entry = {str(1000 + index): {"logprob": -index / 10, "rank": 1, "decoded_token": token}}
-                for k in range(1, flags["top"]):
-                    entry[str(k)] = {"logprob": -float(k), "rank": k + 1, "decoded_token": f"alt{k}"}
+                if index % 2 and top:  # sampled, though not among the top tokens: they are alt0..alt<top-1>
+                    entry = {str(1000 + index): {"logprob": -float(top + 1), "rank": top + 1, "decoded_token": token}}
+                    alternatives = [(k, k + 1, -k - 0.5) for k in range(top)]
+                else:  # sampled as the most likely token; then alt1..alt<top-1>
+                    entry = {str(1000 + index): {"logprob": -index / 10, "rank": 1, "decoded_token": token}}
+                    alternatives = [(k, k + 1, -float(k)) for k in range(1, top)]
+                for k, rank, logprob in alternatives:
+                    entry[str(k)] = {"logprob": logprob, "rank": rank, "decoded_token": f"alt{k}"}
                 entries.append(entry)
             outputs.append(pb_utils.Tensor("logprobs", np.array([json.dumps(entries).encode()], dtype=np.object_)))
         if flags["return_num_input_tokens"]:

@@ -14,42 +14,63 @@ def client(base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30)
 
 
+def _chosen(index: int, token: str, top: int) -> tuple[str, float]:
+    """The sampled token and its logprob: the model samples a token outside its top ones at every odd index."""
+    return (token, -float(top + 1)) if index % 2 and top else (token, -index / 10)
+
+
 def _top(index: int, token: str, top: int) -> list[tuple[str, float]]:
-    return [(token, -index / 10)] + [(f"alt{k}", -float(k)) for k in range(1, top)]
+    """The ``top`` most likely tokens at ``index``, most likely first."""
+    if index % 2 and top:
+        return [(f"alt{k}", -k - 0.5) for k in range(top)]
+    return ([(token, -index / 10)] + [(f"alt{k}", -float(k)) for k in range(1, top)])[:top]
 
 
-def test_chat_logprobs(client: openai.OpenAI) -> None:
+WORDS = ["one", " two", " three"]
+
+
+def test_chat_logprobs_choose_the_sampled_token_and_give_exactly_top_logprobs(client: openai.OpenAI) -> None:
     messages: Any = [{"role": "user", "content": "«one two three»"}]
     answer = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True, top_logprobs=2)
     content = answer.choices[0].logprobs.content  # type: ignore[union-attr]
     assert content is not None
-    assert [(t.token, t.logprob, bytes(t.bytes or [])) for t in content] == [
-        ("one", 0.0, b"one"), (" two", -0.1, b" two"), (" three", -0.2, b" three")]
+    # the chosen tokens spell the text, even where sampling picked a token that was not the most likely
+    assert "".join(t.token for t in content) == answer.choices[0].message.content == "one two three"
+    assert [(t.token, t.logprob) for t in content] == [_chosen(i, w, 2) for i, w in enumerate(WORDS)]
+    assert [bytes(t.bytes or []) for t in content] == [w.encode() for w in WORDS]
     assert [[(top.token, top.logprob) for top in t.top_logprobs] for t in content] == [
-        _top(i, token, 2) for i, token in enumerate(["one", " two", " three"])]
-    # logprobs alone: the selected token only (top_logprobs defaults to 1)
+        _top(i, w, 2) for i, w in enumerate(WORDS)]
+    # logprobs alone: one top logprob per token (Triton's default)
     answer = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True)
     assert [len(t.top_logprobs) for t in answer.choices[0].logprobs.content or []] == [1, 1, 1]  # type: ignore[union-attr]
+    answer = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True, top_logprobs=0)
+    assert [(t.token, t.top_logprobs) for t in answer.choices[0].logprobs.content or []] == [  # type: ignore[union-attr]
+        (w, []) for w in WORDS]
     assert client.chat.completions.create(model="llm_vllm", messages=messages).choices[0].logprobs is None
     stream = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True, top_logprobs=3,
                                             stream=True)
-    streamed = [t for chunk in stream for choice in chunk.choices if choice.logprobs is not None
+    chunks = list(stream)  # ends: the client stops at data: [DONE]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    streamed = [t for chunk in chunks for choice in chunk.choices if choice.logprobs is not None
                 for t in choice.logprobs.content or []]
-    assert [(t.token, [(top.token, top.logprob) for top in t.top_logprobs]) for t in streamed] == [
-        (token, _top(i, token, 3)) for i, token in enumerate(["one", " two", " three"])]
+    assert [((t.token, t.logprob), [(top.token, top.logprob) for top in t.top_logprobs]) for t in streamed] == [
+        (_chosen(i, w, 3), _top(i, w, 3)) for i, w in enumerate(WORDS)]
 
 
 def test_completion_logprobs(client: openai.OpenAI) -> None:
     answer = client.completions.create(model="llm_vllm", prompt="«ab c de»", logprobs=2)
     logprobs = answer.choices[0].logprobs
     assert logprobs is not None and answer.choices[0].text == "ab c de"
-    assert logprobs.tokens == ["ab", " c", " de"] and logprobs.token_logprobs == [0.0, -0.1, -0.2]
+    assert logprobs.tokens == ["ab", " c", " de"] and logprobs.token_logprobs == [0.0, -3.0, -0.2]
     assert logprobs.text_offset == [0, 2, 4]
-    assert logprobs.top_logprobs == [{"ab": 0.0, "alt1": -1.0}, {" c": -0.1, "alt1": -1.0}, {" de": -0.2, "alt1": -1.0}]
+    assert logprobs.top_logprobs == [{"ab": 0.0, "alt1": -1.0}, {"alt0": -0.5, "alt1": -1.5},
+                                     {" de": -0.2, "alt1": -1.0}]
     stream = client.completions.create(model="llm_vllm", prompt="«ab c de»", logprobs=1, stream=True)
-    pieces = [(choice.logprobs.tokens, choice.logprobs.text_offset) for chunk in stream for choice in chunk.choices
-              if choice.logprobs is not None]
-    assert pieces == [(["ab"], [0]), ([" c"], [2]), ([" de"], [4])]
+    chunks = list(stream)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    pieces = [(choice.logprobs.tokens, choice.logprobs.text_offset, choice.logprobs.top_logprobs)
+              for chunk in chunks for choice in chunk.choices if choice.logprobs is not None]
+    assert pieces == [(["ab"], [0], [{"ab": 0.0}]), ([" c"], [2], [{"alt0": -0.5}]), ([" de"], [4], [{" de": -0.2}])]
 
 
 @pytest.mark.parametrize("path, fields, param", [

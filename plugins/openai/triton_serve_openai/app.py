@@ -185,7 +185,7 @@ class OpenAIApp:
             tools = tool_request(body, self.options.tool_call_parser)
             conversation = parse.messages(body)
         else:
-            prompts = parse.prompts(body)
+            prompts = parse.prompts(body, generation.n)
         contract = await self._contract(generation.model)
         sampling = generation.sampling
         if chat:
@@ -351,24 +351,29 @@ class _Answer:
     def _logprobs(self, entries: list[dict[str, dict[str, Any]]], offset: int) -> dict[str, Any] | None:
         """OpenAI's logprobs for tokens the model reported them for (None unless asked for): chat's ``content``
         list, or completions' ``tokens``, ``token_logprobs``, ``top_logprobs`` and ``text_offset`` (counted
-        from ``offset``). The selected token is the one of lowest rank, as in Triton's front-end."""
+        from ``offset``). Each entry lists the sampled token first, then the most likely ones (the engines'
+        convention): the sampled token is the chosen one, and ``top_logprobs`` holds exactly the asked-for
+        number of most likely tokens."""
         if self.sampling.logprobs is None:
             return None
-        ranked = [sorted(entry.values(), key=lambda item: item.get("rank", 1 << 62)) for entry in entries]
+        top_count = self.sampling.logprobs
+        chosen = [next(iter(entry.values())) for entry in entries]
+        ranked = [sorted(entry.values(), key=lambda item: item.get("rank", 1 << 62))[:top_count]
+                  for entry in entries]
         if self.chat:
             return {"content": [{
-                "token": tokens[0]["decoded_token"], "logprob": tokens[0]["logprob"],
-                "bytes": list(tokens[0]["decoded_token"].encode()),
-                "top_logprobs": [{"token": token["decoded_token"], "logprob": token["logprob"],
-                                  "bytes": list(token["decoded_token"].encode())} for token in tokens]}
-                for tokens in ranked]}
+                "token": token["decoded_token"], "logprob": token["logprob"],
+                "bytes": list(token["decoded_token"].encode()),
+                "top_logprobs": [{"token": top["decoded_token"], "logprob": top["logprob"],
+                                  "bytes": list(top["decoded_token"].encode())} for top in tops]}
+                for token, tops in zip(chosen, ranked)]}
         offsets = []
-        for tokens in ranked:
+        for token in chosen:
             offsets.append(offset)
-            offset += len(tokens[0]["decoded_token"])
-        return {"text_offset": offsets, "token_logprobs": [tokens[0]["logprob"] for tokens in ranked],
-                "tokens": [tokens[0]["decoded_token"] for tokens in ranked],
-                "top_logprobs": [{token["decoded_token"]: token["logprob"] for token in tokens} for tokens in ranked]}
+            offset += len(token["decoded_token"])
+        return {"text_offset": offsets, "token_logprobs": [token["logprob"] for token in chosen],
+                "tokens": [token["decoded_token"] for token in chosen],
+                "top_logprobs": [{top["decoded_token"]: top["logprob"] for top in tops} for tops in ranked]}
 
     def _chunk(self, choice: Choice, text: str, finish_reason: str | None, *, first: bool = False,
                include_usage: bool = False, delta: dict[str, Any] | None = None,
