@@ -35,6 +35,14 @@ class Sampling:
     echo: bool = False
     response_format: dict[str, Any] | None = None  # {"type": "json_object"} or {"type": "json_schema", ...}
     logprobs: int | None = None  # how many top logprobs per token (vLLM's ``logprobs``); None: none asked for
+    # vLLM's own sampling parameters: reach engines of the vLLM contract, refused by the others
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    best_of: int | None = None
+
+
+# The Sampling fields only the vLLM contract carries (its sampling_parameters JSON has them).
+VLLM_ONLY = ("min_tokens", "ignore_eos", "best_of")
 
 
 @dataclass
@@ -84,6 +92,11 @@ class Contract:
             for flag in ("return_num_input_tokens", "return_num_output_tokens", "return_finish_reason"):
                 values[flag] = [True]
         else:
+            for name in VLLM_ONLY:
+                if getattr(sampling, name) is not None:
+                    raise OpenAIError(f"model '{self.name}' does not support '{name}': it follows the TensorRT-LLM "
+                                      "tensor contract, which has no such input (vLLM's sampling parameters do)",
+                                      400, param=name)
             values["max_tokens"] = [sampling.max_tokens]
             if sampling.stop:
                 values["stop_words"] = [stop.encode() for stop in sampling.stop]
@@ -114,6 +127,9 @@ class Contract:
             parameters["stop"] = sampling.stop
         if sampling.logprobs is not None:
             parameters["logprobs"] = sampling.logprobs
+        for name in VLLM_ONLY:
+            if getattr(sampling, name) is not None:
+                parameters[name] = getattr(sampling, name)
         if sampling.response_format is not None:  # vLLM's StructuredOutputsParams, as a JSON string
             guide_type, guide = _guide(sampling.response_format)
             guided = {"json_object": True} if guide is None else {"json": json.loads(guide)}

@@ -11,6 +11,9 @@ ROLES = ("system", "developer", "user", "assistant", "tool")
 DEFAULT_MAX_TOKENS = 16  # Triton's --default-max-tokens
 MAX_N = 16
 MAX_STOP = 4
+MAX_TOKENS = (1 << 31) - 1  # the INT32 max_tokens input of both contracts
+# The most inference requests one request may start (prompts x n): one request must not occupy the server.
+MAX_CHOICES = 256
 
 
 @dataclass
@@ -63,9 +66,9 @@ def model_name(body: dict[str, Any]) -> str:
 
 def generation(body: dict[str, Any], *, chat: bool) -> Generation:
     """The common fields of chat and completion requests."""
-    max_tokens = _integer(body, "max_completion_tokens", 1, 1 << 31) if chat else None
+    max_tokens = _integer(body, "max_completion_tokens", 1, MAX_TOKENS) if chat else None
     if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", 1, 1 << 31)
+        max_tokens = _integer(body, "max_tokens", 1, MAX_TOKENS)
     stop = body.get("stop")
     if stop is None:
         stops = []
@@ -96,9 +99,17 @@ def generation(body: dict[str, Any], *, chat: bool) -> Generation:
         frequency_penalty=_number(body, "frequency_penalty", -2, 2),
         seed=_integer(body, "seed", 0, (1 << 63) - 1), stop=stops,
         echo=False if chat else _boolean(body, "echo"), response_format=_response_format(body.get("response_format")),
-        logprobs=logprobs)
-    n = _integer(body, "n", 1, MAX_N)
-    return Generation(model_name(body), sampling, n or 1, include_usage)
+        logprobs=logprobs, min_tokens=_integer(body, "min_tokens", 0, MAX_TOKENS),
+        ignore_eos=_boolean(body, "ignore_eos") if "ignore_eos" in body else None,
+        best_of=_integer(body, "best_of", 1, MAX_N))
+    n = _integer(body, "n", 1, MAX_N) or 1
+    if sampling.best_of is not None and sampling.best_of < n:
+        raise bad_field("best_of", f"best_of must be greater than or equal to n, got n={n} and "
+                        f"best_of={sampling.best_of}")
+    if sampling.min_tokens is not None and sampling.min_tokens > sampling.max_tokens:
+        raise bad_field("min_tokens", f"min_tokens must be less than or equal to max_tokens={sampling.max_tokens}, "
+                        f"got {sampling.min_tokens}")
+    return Generation(model_name(body), sampling, n, include_usage)
 
 
 def _logprobs(body: dict[str, Any], *, chat: bool) -> int | None:
@@ -168,13 +179,23 @@ def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return conversation
 
 
-def prompts(body: dict[str, Any]) -> list[str]:
-    """The completion prompts: one string or a list of them."""
+def prompts(body: dict[str, Any], n: int) -> list[str]:
+    """The completion prompts: one string or a list of them, none empty, at most ``MAX_CHOICES`` choices in all
+    with ``n`` each."""
     prompt = body.get("prompt")
     if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
-        return list(prompt)
-    raise bad_field("prompt", "'prompt' must be a string or a non-empty list of strings (token ids are not "
-                    "supported)")
+        listed = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
+        listed = list(prompt)
+    else:
+        raise bad_field("prompt", "'prompt' must be a string or a non-empty list of strings (token ids are not "
+                        "supported)")
+    if len(listed) * n > MAX_CHOICES:
+        raise bad_field("prompt", f"{len(listed)} prompts with n={n} would start {len(listed) * n} generations; "
+                        f"one request may start at most {MAX_CHOICES} (prompts x n)")
+    for index, item in enumerate(listed):
+        if not item:
+            where = "prompt" if isinstance(prompt, str) else f"prompt[{index}]"
+            raise bad_field(where, f"'{where}' is empty: the prompt cannot be empty")
+    return listed
 
