@@ -81,17 +81,18 @@ class Example:
         self.output.close()
         return text
 
-    def stop(self) -> str:
-        """SIGINT (Ctrl+C), as a user stops PyTriton's serve(); the script must exit cleanly."""
+    def stop(self, signum: signal.Signals = signal.SIGINT) -> str:
+        """SIGINT (Ctrl+C, as a user stops PyTriton's serve()) or SIGTERM (as docker and Kubernetes stop it); the
+        script must exit cleanly."""
         for client in self.made:
             client.close()  # type: ignore[attr-defined]
-        self.process.send_signal(signal.SIGINT)
+        self.process.send_signal(signum)
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
-            raise AssertionError(f"the script did not stop within 30 s of SIGINT:\n{self._read_output()}") from None
+            raise AssertionError(f"the script did not stop within 30 s of {signum.name}:\n{self._read_output()}") from None
         output = self._read_output()
         assert self.process.returncode == 0, output
         return output
@@ -145,6 +146,29 @@ def test_identity_with_the_one_line_alias(example: Callable[[str, str], Example]
         np.testing.assert_array_equal(result.as_numpy("OUTPUT_1"), numbers)
         assert result.as_numpy("OUTPUT_2").tolist() == text.tolist()
     served.stop()
+
+
+def test_sigterm_lets_the_request_in_flight_finish(example: Callable[[str, str], Example], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    started = tmp_path / "started"
+    monkeypatch.setenv("SLOW_ECHO_STARTED", str(started))
+    served = example("slow_echo.py", "SlowEcho")
+    answers: list[object] = []
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{served.http_port}", network_timeout=30)
+    call = threading.Thread(target=lambda: answers.append(
+        client.infer("SlowEcho", _inputs(httpclient, value=np.array([[7]], dtype=np.int64))).as_numpy("echo")))
+    call.start()
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started.exists(), "the request never reached the function"
+    output = served.stop(signal.SIGTERM)  # the function is still sleeping
+    call.join(30)
+    client.close()
+    assert not call.is_alive() and len(answers) == 1 and answers[0].tolist() == [[7]]  # type: ignore[attr-defined]
+    assert "SIGTERM received" in output
+    assert f"serving HTTP on 127.0.0.1:{served.http_port}" in output
+    assert f"serving gRPC on 127.0.0.1:{served.grpc_port}" in output
 
 
 def test_multi_instance(example: Callable[[str, str], Example]) -> None:

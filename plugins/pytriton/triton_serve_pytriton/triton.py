@@ -11,6 +11,7 @@ import logging
 import os
 import pathlib
 import re
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -251,10 +252,17 @@ class Triton:
                 if self._stopped.is_set():
                     raise PyTritonInvalidOperationError("this Triton was stopped; make a new one")
                 config = self.config
-                self.server.start(
-                    http_port=(config.http_port or 8000) if config.allow_http in (True, None) else None,
-                    grpc_port=(config.grpc_port or 8001) if config.allow_grpc in (True, None) else None,
-                    metrics_port=(config.metrics_port or 8002) if config.allow_metrics in (True, None) else None)
+                ports = {"HTTP": (config.http_address, config.http_port or 8000, config.allow_http),
+                         "gRPC": (config.grpc_address, config.grpc_port or 8001, config.allow_grpc),
+                         "metrics": (config.metrics_address, config.metrics_port or 8002, config.allow_metrics)}
+                served = {what: (address or "0.0.0.0", port) for what, (address, port, allowed) in ports.items()
+                          if allowed in (True, None)}
+                self.server.start(http_port=served["HTTP"][1] if "HTTP" in served else None,
+                                  grpc_port=served["gRPC"][1] if "gRPC" in served else None,
+                                  metrics_port=served["metrics"][1] if "metrics" in served else None)
+                _log_somewhere()
+                for what, (address, port) in served.items():
+                    log.info("serving %s on %s:%d", what, address, port)
                 for binding in self._bindings.values():
                     self._load(binding)
 
@@ -263,13 +271,22 @@ class Triton:
         self.run()
 
     def serve(self, monitoring_period_s: float = MONITORING_PERIOD_S) -> None:
-        """Start serving and block until ``stop`` is called or the process gets SIGINT (Ctrl+C)."""
+        """Start serving and block until ``stop`` is called or the process gets SIGINT (Ctrl+C) or SIGTERM
+        (what ``docker stop`` and Kubernetes send); either signal stops as ``stop`` does, letting requests in
+        flight finish within ``exit_timeout_secs``."""
         self.run()
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
         try:
             while not self._stopped.wait(monitoring_period_s):
                 pass
         except KeyboardInterrupt:
             log.info("SIGINT received, exiting.")
+        except _Terminated:
+            log.info("SIGTERM received, exiting.")
+        finally:
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         self.stop()
 
     def stop(self) -> bool:
@@ -297,6 +314,25 @@ class Triton:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _log_somewhere() -> None:
+    """A script that set up no logging still sees where it serves and why it stops, as tritonserver's own output
+    shows them under PyTriton: the binding's lines then go to stderr. A script's own set-up takes precedence."""
+    if not logging.getLogger().hasHandlers() and log.level == logging.NOTSET:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived while ``serve`` waited (raised in the main thread, as SIGINT raises KeyboardInterrupt)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _validate_model_name(name: str) -> None:
