@@ -3,7 +3,10 @@ agents, seen through tritonclient's model control."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +117,57 @@ def test_agents_run_in_order_and_see_the_location_the_one_before_set(repo, toy_p
     rewritten = Path(calls[1][2])
     assert calls[0][2] == str(repo / "m") and rewritten.name == "model" and rewritten != repo / "m"
     assert not rewritten.exists()  # the agent's mutable location is gone after UNLOAD_COMPLETE
+
+
+def _agent_override(key: str, digest: str) -> str:
+    return json.dumps({"backend": "toy_identity", "max_batch_size": 0,
+                       "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [1]}],
+                       "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [1]}],
+                       "model_repository_agents": {"agents": [{"name": "checksum", "parameters": {key: digest}}]}})
+
+
+@pytest.fixture
+def fifo(repo: Path) -> Iterator[Path]:
+    """A FIFO in model ``m``'s folder; teardown opens it for writing and closes it, releasing a reader stuck on it."""
+    path = repo / "m" / "pipe"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    yield path
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # no reader waits on it
+
+
+def test_checksum_agent_reads_only_files_inside_the_model_folder(add_model, toy_server, repo,  # type: ignore[no-untyped-def]
+                                                                  tmp_path) -> None:
+    """Paths named through a load override that lead outside the folder (absolute, ``..``, a link out, a link to a
+    device) are refused without the file's content or digest in the answer; a link that stays inside is read."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    add_model("m", _config(), files={WEIGHTS: "v1"})
+    (repo / "m" / "out.bin").symlink_to(secret)
+    (repo / "m" / "1" / "in.bin").symlink_to(Path("..") / WEIGHTS)
+    (repo / "m" / "1" / "dev").symlink_to("/dev/zero")
+    server = toy_server(model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    for relative in (str(secret), f"../../{secret.parent.name}/secret.txt", "out.bin", "1/../../m/../../secret.txt",
+                     "/proc/self/environ", "1/dev"):
+        with pytest.raises(InferenceServerException) as refused:
+            client.load_model("m", config=_agent_override(f"MD5:{relative}", "0" * 32))
+        message = str(refused.value)
+        assert f"failed to open text file for read {relative}: the path leads outside the model's directory" in message
+        assert _md5("top secret") not in message and "got:" not in message
+        assert not client.is_model_ready("m")
+    client.load_model("m", config=_agent_override("MD5:1/in.bin", _md5("v1")))
+    assert client.is_model_ready("m") and _infer(client, "m") == 2.5
+
+
+def test_checksum_agent_refuses_a_fifo_at_once_and_the_model_loads_again(add_model, toy_server, fifo) -> None:  # type: ignore[no-untyped-def]
+    add_model("m", _config(), files={WEIGHTS: "v1"})
+    server = toy_server(model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=20)
+    with pytest.raises(InferenceServerException, match="failed to open text file for read pipe: not a regular file"):
+        client.load_model("m", config=_agent_override("MD5:pipe", "0" * 32))
+    client.load_model("m", config=_agent_override(f"MD5:{WEIGHTS}", _md5("v1")))
+    assert client.is_model_ready("m") and _infer(client, "m") == 2.5

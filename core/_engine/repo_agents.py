@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import logging
+import os
 import shutil
+import stat
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,10 @@ from .errors import ServerError, Status
 from .protos.model_config_pb2 import ModelConfig
 
 log = logging.getLogger("triton_serve")
+
+READ_CHUNK = 1 << 20  # bytes per read of AgentModel.read_file: what it holds in memory at once
+# Flags of every open AgentModel.read_file makes: a symbolic link is never followed, a FIFO never waits for a writer.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class AgentAction(enum.Enum):
@@ -54,12 +61,57 @@ class AgentModel:
             self._mutable = Path(tempfile.mkdtemp(prefix=f"triton-serve-agent-{self.name}-"))
         return self._mutable
 
+    def read_file(self, relative: str) -> Iterator[bytes]:
+        """The bytes of the regular file at ``relative`` under ``location``, in chunks of at most ``READ_CHUNK``,
+        up to the size the file had when opened. Only a file inside ``location`` is read: a path that leads
+        outside it (``..``, an absolute path, a symbolic link anywhere on the way) or to anything but a regular
+        file (a FIFO, a device, a directory) raises OSError before the file is opened for reading, its
+        message saying which, never what is there."""
+        fd = _open_inside(self.location, relative)
+        with os.fdopen(fd, "rb", buffering=0) as file:
+            left = os.fstat(file.fileno()).st_size
+            while left > 0:
+                chunk = file.read(min(READ_CHUNK, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                yield chunk
+
     def delete_mutable_location(self) -> None:
         """Delete the directory ``acquire_mutable_location`` made (the core calls this after UNLOAD_COMPLETE
         or LOAD_FAIL; an agent may call it sooner)."""
         if self._mutable is not None:
             shutil.rmtree(self._mutable, ignore_errors=True)
             self._mutable = None
+
+
+def _open_inside(root: Path, relative: str) -> int:
+    """A read-only descriptor of the regular file ``relative`` names under ``root`` (see ``AgentModel.read_file``).
+    The path is resolved first (a link that stays inside ``root`` is fine) and must end inside ``root``; the
+    resolved path is then opened one directory at a time without following links, so a link put in its way
+    meanwhile is refused rather than followed out."""
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, relative))
+    if target == base or os.path.commonpath([base, target]) != base:
+        raise OSError(errno.EACCES, "the path leads outside the model's directory")
+    *folders, name = Path(target).relative_to(base).parts
+    directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for folder in folders:
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        found = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if not stat.S_ISREG(found.st_mode):  # a FIFO or device is never opened: opening may wait or act
+            raise OSError(errno.EINVAL, "not a regular file")
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+            os.close(fd)
+            raise OSError(errno.EAGAIN, "the file changed while it was opened")
+        return fd
+    finally:
+        os.close(directory)
 
 
 class RepositoryAgent(ABC):

@@ -13,7 +13,8 @@ ALGORITHMS = {"md5": ("MD5", hashlib.md5)}
 
 
 class ChecksumAgent(RepositoryAgent):
-    """On LOAD, each ``<algorithm>:<relative path>`` parameter's file must have the parameter's hex digest."""
+    """On LOAD, each ``<algorithm>:<relative path>`` parameter's file must have the parameter's hex digest. Only
+    regular files inside the model's directory are read (``AgentModel.read_file``); Triton's agent reads any path."""
 
     def model_action(self, model: AgentModel, action: AgentAction) -> None:
         if action is not AgentAction.LOAD:
@@ -25,12 +26,14 @@ class ChecksumAgent(RepositoryAgent):
             if algorithm.lower() not in ALGORITHMS:
                 raise ServerError(f"Unsupported checksum algorithm: {algorithm}", Status.UNSUPPORTED)
             label, digest = ALGORITHMS[algorithm.lower()]
+            hashed = digest()
             try:
-                data = (model.location / relative).read_bytes()
+                for chunk in model.read_file(relative):
+                    hashed.update(chunk)
             except OSError as error:
                 raise ServerError(f"failed to open text file for read {relative}: {error.strerror or error}",
                                   Status.INVALID_ARG) from None
-            got = digest(data).hexdigest()
+            got = hashed.hexdigest()
             if got != expected:
                 raise ServerError(f"Mismatched {label} hash for file {relative}, expect: {expected}, got: {got}",
                                   Status.INVALID_ARG)
