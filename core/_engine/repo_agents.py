@@ -63,10 +63,10 @@ class AgentModel:
 
     def read_file(self, relative: str) -> Iterator[bytes]:
         """The bytes of the regular file at ``relative`` under ``location``, in chunks of at most ``READ_CHUNK``,
-        up to the size the file had when opened. Only a file inside ``location`` is read: a path that leads
-        outside it (``..``, an absolute path, a symbolic link anywhere on the way) or to anything but a regular
-        file (a FIFO, a device, a directory) raises OSError before the file is opened for reading, its
-        message saying which, never what is there."""
+        up to the size the file had when opened (a generator: the checks run at the first chunk). Only a file
+        inside ``location`` is read: a path that leads outside it (``..``, an absolute path, a symbolic link
+        out) or to anything but a regular file (a FIFO, a device, a directory) raises OSError before the file is
+        opened for reading, its message saying which, never what is there."""
         fd = _open_inside(self.location, relative)
         with os.fdopen(fd, "rb", buffering=0) as file:
             left = os.fstat(file.fileno()).st_size
