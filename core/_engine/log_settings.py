@@ -148,6 +148,11 @@ def apply_log_settings(settings: LogSettings) -> None:
         root.addHandler(handler)
         _handler = handler
     root.setLevel(logging.DEBUG if settings.log_verbose_level > 0 else logging.INFO)
+    if not sys.stderr.isatty():
+        # Libraries' tqdm progress bars (weights loading, engines compiling) would fill a log with one line per
+        # redraw: on a terminal they stay, elsewhere tqdm (>= 4.66 reads TQDM_* defaults) draws nothing.
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 class LogControl:

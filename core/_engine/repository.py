@@ -460,7 +460,7 @@ class ModelRepository:
         if failure.startswith(polled):  # Triton's log line for a model whose config it could not take
             log.error("Poll failed for model directory '%s': %s", model.name, failure.removeprefix(polled))
         else:
-            log.error("failed to load model '%s': %s", model.name, failure)
+            log.error("%s", failure)  # Triton's text, which names the model
         if previous is not None and previous.is_serving():
             previous.reload_error = model.failure()
             previous.fingerprint = model.fingerprint  # poll mode retries once the files change again

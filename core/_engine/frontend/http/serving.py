@@ -54,6 +54,9 @@ async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event,
         def capture_signals(self) -> Iterator[None]:  # the server's own signal handlers stay in charge
             yield
 
+    # uvicorn's own lifecycle lines ("Started server process", "Shutting down", ...) repeat for every socket it
+    # serves; the server logs what it serves once, so only uvicorn's warnings and errors pass.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     config = uvicorn.Config(app, http=protocol, ws="none", lifespan="off", loop="none", access_log=False,
                             log_config=None, timeout_keep_alive=int(KEEP_ALIVE_S),
                             timeout_graceful_shutdown=max(int(graceful_timeout), 1), server_header=False)
