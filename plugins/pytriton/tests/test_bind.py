@@ -201,10 +201,14 @@ def test_the_clients_over_http_and_grpc() -> None:
     with Triton(config=config) as triton:
         triton.bind("double", batch(lambda value: {"result": value * 2}), VALUE, RESULT)
         triton.bind("count", countdown_function, VALUE, RESULT, config=ModelConfig(decoupled=True))
+        configs = []
         for url in (f"http://127.0.0.1:{http_port}", f"grpc://127.0.0.1:{grpc_port}"):
             with ModelClient(url, "double", init_timeout_s=30) as client:
                 assert client.infer_sample(np.array([3], np.float32))["result"].tolist() == [6]
                 assert client.infer_batch(value=np.ones((2, 1), np.float32))["result"].shape == (2, 1)
+                configs.append(client.model_config)
+        assert configs[0] == configs[1]  # the same Triton JSON over both protocols, numbers as numbers
+        assert configs[1]["input"][0]["dims"] == [1] and isinstance(configs[1]["max_batch_size"], int)
         with FuturesModelClient(f"127.0.0.1:{http_port}", "double", init_timeout_s=30) as futures:
             assert futures.infer_sample(np.array([1], np.float32)).result(30)["result"].tolist() == [2]
         with DecoupledModelClient(f"grpc://127.0.0.1:{grpc_port}", "count", init_timeout_s=30) as streaming:

@@ -14,6 +14,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from triton_serve.plugin import ModelConfig as ModelConfigMessage, config_to_json
+
 from .exceptions import PyTritonError
 
 
@@ -89,9 +91,11 @@ class ModelClient:
                 raise PyTritonClientTimeoutError(f"model '{self._model_name}' was not ready within {timeout_s} s")
             time.sleep(0.1)
         if self._config is None:
-            config = self._client.get_model_config(self._model_name, self._model_version,
-                                                   **({"as_json": True} if self._scheme == "grpc" else {}))
-            self._config = config.get("config", config)
+            config = self._client.get_model_config(self._model_name, self._model_version)
+            if self._scheme == "grpc":  # Triton's JSON, as HTTP gives it (protobuf's JSON writes int64 as text)
+                self._config = config_to_json(ModelConfigMessage.FromString(config.config.SerializeToString()))
+            else:
+                self._config = config
 
     @property
     def model_config(self) -> dict[str, Any]:
