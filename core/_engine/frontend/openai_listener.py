@@ -16,6 +16,7 @@ from .restricted import AsgiApp, Restrictions
 OPENAI_PREFIX = "/v1/"  # the plugin prefix --openai-port serves
 DEFAULT_OPENAI_PORT = 9000  # Triton's --openai-port default
 TOOL_CALL_PARSERS = ("llama3", "mistral")  # Triton's --tool-call-parser choices
+DEFAULT_MAX_TOOL_CALL_PARSE_BYTES = 128 * 1024  # Triton's --max-tool-call-parse-bytes default
 
 # Triton's OpenAI front-end groups: each (method, path prefix) a group covers, in Triton's order
 # (python/openai/openai_frontend/frontend/fastapi/middleware/api_restriction.py).
@@ -34,11 +35,13 @@ class OpenAIOptions:
     port: int | None = None  # None: /v1 is served on the HTTP port alone
     restricted_api: Restrictions = field(default_factory=dict)  # group -> (header, value)
     tool_call_parser: str | None = None  # --tool-call-parser: how "auto" tool choice reads a model's tool calls
+    # --max-tool-call-parse-bytes: a streamed reply read for tool calls is cut (finish_reason "length") past it
+    max_tool_call_parse_bytes: int = DEFAULT_MAX_TOOL_CALL_PARSE_BYTES
 
 
 def add_openai_flags(group: argparse._ArgumentGroup) -> None:
-    """``--openai-port [port]``, the repeatable ``--openai-restricted-api <APIs> <key> <value>`` and
-    ``--tool-call-parser``."""
+    """``--openai-port [port]``, the repeatable ``--openai-restricted-api <APIs> <key> <value>``,
+    ``--tool-call-parser`` and ``--max-tool-call-parse-bytes``."""
     group.add_argument("--openai-port", type=int, nargs="?", const=DEFAULT_OPENAI_PORT, default=None,
                        help="also serve OpenAI's /v1 API (plugin triton-serve-openai) on this port, with no /v2 "
                             f"(alone: {DEFAULT_OPENAI_PORT}); /v1 stays on the HTTP port too")
@@ -49,6 +52,10 @@ def add_openai_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--tool-call-parser", choices=TOOL_CALL_PARSERS, default=None,
                        help="read tool calls from the model's text the way Llama 3 or Mistral models write them "
                             "(needed for tool_choice 'auto')")
+    group.add_argument("--max-tool-call-parse-bytes", type=int, default=DEFAULT_MAX_TOOL_CALL_PARSE_BYTES,
+                       help="the longest streamed reply (characters) read for tool calls: past it the stream ends "
+                            "with finish_reason 'length' and the generation is cancelled (default "
+                            f"{DEFAULT_MAX_TOOL_CALL_PARSE_BYTES})")
 
 
 def parse_openai_restrictions(items: Sequence[Sequence[str]]) -> Restrictions:
@@ -74,11 +81,13 @@ def openai_options_from_args(args: argparse.Namespace) -> OpenAIOptions:
         for proto in ("http", "grpc", "metrics"):
             if getattr(args, f"allow_{proto}") and getattr(args, f"{proto}_port") == port:
                 raise ServerError(f"--openai-port {port} is the --{proto}-port too: give each listener its own port")
+    if args.max_tool_call_parse_bytes < 1:
+        raise ServerError(f"--max-tool-call-parse-bytes must be at least 1, got {args.max_tool_call_parse_bytes}")
     restrictions = parse_openai_restrictions(args.openai_restricted_api)
     if restrictions:  # the groups and their headers, never the values
         logging.getLogger("triton_serve").info(
             "OpenAI API restrictions enabled: %s", {group: header for group, (header, _value) in restrictions.items()})
-    return OpenAIOptions(port, restrictions, args.tool_call_parser)
+    return OpenAIOptions(port, restrictions, args.tool_call_parser, args.max_tool_call_parse_bytes)
 
 
 def restrict_openai(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:

@@ -14,6 +14,7 @@ from triton_serve.plugin import OpenAIOptions, ServerOptions
 from triton_serve.testing import RunningServer, free_port
 
 MODEL_PY = (Path(__file__).parent / "llm_model.py").read_text()
+MAX_TOOL_CALL_PARSE_BYTES = 600  # --max-tool-call-parse-bytes of the shared server
 
 VLLM_CONFIG = """
 backend: "python"
@@ -136,7 +137,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         model_repositories=[str(repo)], http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
         http_address="127.0.0.1", grpc_address="127.0.0.1", metrics_address="127.0.0.1",
         frontend_processes=request.param, model_control_mode="explicit", load_models=["*"],
-        openai=OpenAIOptions(tool_call_parser="llama3"),
+        openai=OpenAIOptions(tool_call_parser="llama3", max_tool_call_parse_bytes=MAX_TOOL_CALL_PARSE_BYTES),
         backend_config={"python": {"shm-region-prefix-name": prefix}}))
     yield running
     running.stop()

@@ -3,11 +3,15 @@ function (constrained decoding), tool turns in the conversation, and the refusal
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+
+from triton_serve.testing import RunningServer
 
 TOOLS: list[Any] = [
     {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
@@ -74,16 +78,56 @@ def _collect(stream: Any) -> tuple[str, dict[int, dict[str, str]], list[str | No
 
 
 def test_auto_streamed(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(model="llm_vllm", messages=_say(TWO_CALLS), tools=TOOLS,
-                                            max_tokens=50, stream=True)
-    content, calls, reasons = _collect(stream)
+    chunks = list(client.chat.completions.create(model="llm_vllm", messages=_say(TWO_CALLS), tools=TOOLS,
+                                                 max_tokens=50, stream=True))
+    content, calls, reasons = _collect(chunks)
     assert content == "" and reasons[-1] == "tool_calls" and reasons[:-1] == [None] * (len(reasons) - 1)
+    # the arguments come in pieces as the model writes them; each call's first delta has its id, type and name
+    deltas = [call for chunk in chunks for choice in chunk.choices for call in choice.delta.tool_calls or []]
+    assert len([call for call in deltas if call.index == 0 and call.function and call.function.arguments]) > 1
+    for index in (0, 1):
+        first = next(call for call in deltas if call.index == index)
+        assert first.id and first.type == "function" and first.function and first.function.name
+        assert all(call.type == "function" for call in deltas)
     assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
         ("get_weather", {"city": "Paris"}), ("get_time", {})]
     stream = client.chat.completions.create(model="llm_vllm", messages=_say("plain words here"), tools=TOOLS,
                                             stream=True)
     content, calls, reasons = _collect(stream)
     assert (content, calls, reasons[-1]) == ("plain words here", {}, "stop")
+
+
+def test_the_clients_stream_helper_rebuilds_the_calls(client: openai.OpenAI) -> None:
+    with client.chat.completions.stream(model="llm_vllm", messages=_say(TWO_CALLS), tools=TOOLS,
+                                        max_tokens=50) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_completion()
+    assert events[-1] == "tool_calls.function.arguments.done"  # the stream ended: the last call closed
+    calls = final.choices[0].message.tool_calls or []
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"}), ("get_time", {})]
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_streamed_call_past_the_parse_limit_is_cut_and_cancelled(server: RunningServer,
+                                                                    client: openai.OpenAI) -> None:
+    marker = Path(server.options.model_repositories[0]) / "llm_vllm" / "cancelled"
+    marker.unlink(missing_ok=True)
+    limit = server.options.openai.max_tool_call_parse_bytes
+    words = " ".join(f"w{i}" for i in range(limit // 3))
+    text = '{"name": "get_weather", "arguments": {"city": "' + words + '"}}'
+    slowly: Any = [{"role": "user", "content": f"slow «{text}»"}]  # "slow": the model waits between tokens
+    content, calls, reasons = _collect(client.chat.completions.create(
+        model="llm_vllm", messages=slowly, tools=TOOLS, max_tokens=1000, stream=True))
+    assert reasons[-1] == "length" and len(calls[0]["arguments"]) < limit
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.05)
+    # without tools the same reply is not read for calls, and is not cut
+    _content, _calls, reasons = _collect(client.chat.completions.create(
+        model="llm_vllm", messages=_say(text), max_tokens=1000, stream=True))
+    assert reasons[-1] == "stop" and len(_content) > limit
 
 
 def test_a_named_function_is_constrained_to_its_arguments(client: openai.OpenAI) -> None:

@@ -98,13 +98,54 @@ def test_the_mistral_parser() -> None:
         assert parse_calls("mistral", text) == (text, [])
 
 
-def test_the_llama3_parser_and_what_a_stream_holds_back() -> None:
-    from triton_serve_openai.tools import might_be_calls, parse_calls
+def test_the_llama3_parser() -> None:
+    from triton_serve_openai.tools import parse_calls
 
     assert parse_calls("llama3", '{"name": "f", "parameters": {"x": "y"}}')[1][0]["function"] == {
         "name": "f", "arguments": '{"x": "y"}'}
     for text in ("hello", '{"name": "f"', '{"no": "name"}'):
         assert parse_calls("llama3", text) == (text, [])
-    assert might_be_calls("llama3", "") and might_be_calls("llama3", "<|pyth") and might_be_calls("llama3", ' {"a')
-    assert not might_be_calls("llama3", "Hello") and not might_be_calls("mistral", "Hello")
-    assert might_be_calls("mistral", "[TOOL") and might_be_calls("mistral", "[{")
+
+
+def _streamed(parser: str, text: str, size: int) -> tuple[str, list[tuple[str, str, Any]], int]:
+    """``text`` fed to a CallStream ``size`` characters at a time: the content, each call's (id, name, arguments)
+    and how many deltas carried a call."""
+    from triton_serve_openai.tools import CallStream
+
+    stream, deltas = CallStream(parser), []
+    for start in range(0, len(text), size):
+        deltas += stream.feed(text[start:start + size])
+    deltas += stream.finish()
+    content, calls, carrying = "", {}, 0
+    for delta in deltas:
+        content += delta.get("content", "")
+        for call in delta.get("tool_calls", []):
+            carrying += 1
+            assert call["type"] == "function"
+            if call["index"] not in calls:  # a call's first delta names it
+                assert call["id"] and call["function"]["name"]
+                calls[call["index"]] = [call["id"], call["function"]["name"], ""]
+            else:
+                assert "id" not in call and "name" not in call["function"]
+            calls[call["index"]][2] += call["function"]["arguments"]
+    return content, [(i, n, json.loads(a)) for i, n, a in calls.values()], carrying
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 13, 10_000])  # several tokens in one delta, up to the whole reply
+def test_streamed_calls_arrive_as_argument_deltas(size: int) -> None:
+    weather = '{"name": "get_weather", "arguments": {"city": "Paris", "nested": [1, {"brace": "}"}]}}'
+    content, calls, carrying = _streamed("llama3", '<|python_tag|>' + weather + '; {"name": "t", "parameters": {}}',
+                                         size)
+    assert content == "" and [(name, args) for _id, name, args in calls] == [
+        ("get_weather", {"city": "Paris", "nested": [1, {"brace": "}"}]}), ("t", {})]
+    assert calls[0][0].startswith("cmpl-") and calls[0][0] != calls[1][0]
+    if size == 1:
+        assert carrying > 20  # the arguments come as they are written, not whole at the end
+    content, calls, _ = _streamed("mistral", 'let me look [TOOL_CALLS] [' + weather +
+                                  ', {"name": "g", "arguments": "{\\"a\\": 1}"}]', size)
+    assert content == "let me look " and [(name, args) for _id, name, args in calls] == [
+        ("get_weather", {"city": "Paris", "nested": [1, {"brace": "}"}]}), ("g", {"a": 1})]
+    assert all(len(call_id) == 9 and call_id.isalnum() for call_id, _name, _args in calls)
+    for parser, text in (("llama3", '{"just": "json"}'), ("llama3", "Hello there"), ("mistral", "a [1] b [TOOL"),
+                         ("mistral", "[1, 2]"), ("llama3", '{"name": "f"}')):
+        assert _streamed(parser, text, size) == (text, [], 0)

@@ -22,7 +22,7 @@ from .contract import VLLM, Contract, Piece, Sampling
 from .embeddings import create_embeddings
 from .errors import OpenAIError
 from .templates import load_template
-from .tools import ToolRequest, might_be_calls, parse_calls, tool_request
+from .tools import CallStream, ToolRequest, parse_calls, tool_request
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Choice:
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
-    holding: bool = False  # a streamed reply held back while it may still be tool calls
+    calls: CallStream | None = None  # auto tool choice, streamed: reads the calls as the reply grows
     logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # the vLLM contract's, per token
     streamed_chars: int = 0  # text sent so far (a streamed completion's logprob offsets count from it)
     call_id: str = ""  # a named tool's call, once its first chunk went out
@@ -206,7 +206,8 @@ class OpenAIApp:
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         choices = self._start(contract, prompts, sampling, generation.n, request_id)
         answer = _Answer(request_id, generation.model, chat, sampling, prompts,
-                         echo=sampling.echo and not contract.echoes, tools=tools)
+                         echo=sampling.echo and not contract.echoes, tools=tools,
+                         max_tool_call_parse_bytes=self.options.max_tool_call_parse_bytes)
         work = asyncio.create_task(self._answer(answer, choices, generation.include_usage, send))
         gone = asyncio.Event()
         watch = asyncio.create_task(_watch_disconnect(receive, choices, work, gone))
@@ -259,8 +260,9 @@ class _Answer:
     """Turns the choices' responses into OpenAI's answer: one JSON body, or a stream of SSE events."""
 
     def __init__(self, request_id: str, model: str, chat: bool, sampling: Sampling, prompts: list[str],
-                 echo: bool, tools: ToolRequest) -> None:
+                 echo: bool, tools: ToolRequest, max_tool_call_parse_bytes: int) -> None:
         self.id = request_id
+        self.max_tool_call_parse_bytes = max_tool_call_parse_bytes
         self.model = model
         self.chat = chat
         self.created = int(time.time())
@@ -318,8 +320,8 @@ class _Answer:
 
     def _tool_deltas(self, choice: Choice, text: str, final: bool) -> list[tuple[dict[str, Any], str | None]]:
         """A streamed chat choice's next deltas (with their finish reasons) where tools are in play: a named
-        tool's arguments as they come; with ``auto``, the reply is held back while it may be tool calls, and sent
-        whole (as content or as calls) once it is known."""
+        tool's arguments as they come; with ``auto``, content once it cannot be a call, and each call's arguments
+        as the model writes them."""
         reason = choice.finish_reason if final else None
         if self.tools.mode == "named":
             assert self.tools.function is not None
@@ -332,21 +334,14 @@ class _Answer:
                 deltas.append(({"tool_calls": [{"index": 0, "function": {"arguments": text}}]} if text else {},
                                reason))
             return deltas
-        if not choice.holding:
-            return [({"content": text}, reason)] if text or final else []
-        assert self.tools.parser is not None
-        if not final and might_be_calls(self.tools.parser, choice.text):
-            return []
-        choice.holding = False
+        assert choice.calls is not None
+        deltas = choice.calls.feed(text) + (choice.calls.finish() if final else [])
         if not final:
-            return [({"content": choice.text}, None)]
-        content, calls = parse_calls(self.tools.parser, choice.text)
-        if not calls:
-            return [({"content": choice.text}, reason)]
-        delta: dict[str, Any] = {"tool_calls": [{"index": index, **call} for index, call in enumerate(calls)]}
-        if content:
-            delta["content"] = content
-        return [(delta, "tool_calls")]
+            return [(delta, None) for delta in deltas]
+        reason = "tool_calls" if choice.calls.calls else reason
+        if not deltas:
+            deltas = [{} if choice.calls.calls else {"content": ""}]
+        return [(delta, None) for delta in deltas[:-1]] + [(deltas[-1], reason)]
 
     def _logprobs(self, entries: list[dict[str, dict[str, Any]]], offset: int) -> dict[str, Any] | None:
         """OpenAI's logprobs for tokens the model reported them for (None unless asked for): chat's ``content``
@@ -413,12 +408,25 @@ class _Answer:
                 for choice in choices:
                     yield self._chunk(choice, "", None, first=True, include_usage=include_usage)
             started: set[int] = set()
-            for choice in choices:
-                choice.holding = self.tools.mode == "auto"
-            open_choices = len(choices)
+            if self.tools.mode == "auto":
+                assert self.tools.parser is not None
+                for choice in choices:
+                    choice.calls = CallStream(self.tools.parser)
+            open_choices, cut = len(choices), set()
             while open_choices:
                 choice, piece, final, error = item if item is not None else await queue.get()
                 item = None
+                if choice.index in cut:
+                    continue
+                if choice.calls is not None and piece is not None and \
+                        len(choice.text) + len(piece.text) > self.max_tool_call_parse_bytes:
+                    log.warning("a streamed reply to %s passed --max-tool-call-parse-bytes (%d): cut short",
+                                self.id, self.max_tool_call_parse_bytes)
+                    choice.request.cancel()  # its reply is cut: the model stops generating it
+                    cut.add(choice.index)
+                    open_choices -= 1
+                    yield self._chunk(choice, "", "length", include_usage=include_usage, delta={"content": ""})
+                    continue
                 if error is not None:
                     yield _event(OpenAIError.from_server(error).body())
                     yield b"data: [DONE]\n\n"
