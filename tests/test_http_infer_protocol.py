@@ -128,3 +128,47 @@ def test_errors_on_the_fast_path_are_tritons_json_with_its_status(server) -> Non
     assert "exceeds the maximum input size of 4096 bytes" in errors[1]
     assert errors[2].startswith("failed to parse the request JSON buffer")
     assert "unexpected shape for input 'INPUT0'" in errors[3]
+
+
+IDENTITY_FP32 = """
+backend: "toy_identity"
+max_batch_size: 0
+input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
+output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
+"""
+
+
+@pytest.mark.parametrize("http_server", ["uvicorn", "hypercorn"])
+def test_a_raw_binary_body_in_chunks_is_served_with_or_without_a_content_length(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    """Triton's test_content_encoding_chunked_manually: ``requests`` sends the chunked body with a Content-Length
+    too. The chunks decide the body; a request framed both ways is answered, then its connection closed."""
+    add_model("add_sub", ADD_SUB)
+    add_model("identity_fp32", IDENTITY_FP32)
+    server = toy_server()
+    data = np.arange(8, dtype=np.float32).tobytes()
+    chunked = b"%X\r\n%s\r\n%X\r\n%s\r\n0\r\n\r\n" % (5, data[:5], len(data) - 5, data[5:])
+    head = (b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+            b"Transfer-Encoding: chunked\r\n")
+    with _connect(server) as sock:
+        for part in (head + b"\r\n", chunked[:9], chunked[9:]):  # the request arrives in pieces
+            sock.sendall(part)
+        (status, headers, body), = _read_responses(sock, 1)
+        assert status == 200, body
+        assert body[int(headers["inference-header-content-length"]):] == data
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(chunked) + chunked
+                     + b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")  # not answered: the connection closes
+        (status, headers, body), = _read_responses(sock, 1)
+        assert status == 200, body
+        assert body[int(headers["inference-header-content-length"]):] == data
+        sock.settimeout(10)
+        assert sock.recv(65536) == b""
+    json_body, header_length = _infer_body([2] * 16, [3] * 16)  # type: ignore[misc]
+    chunked = b"%X\r\n%s\r\n0\r\n\r\n" % (len(json_body), json_body)
+    with _connect(server) as sock:  # the same for a request the fast path answers
+        sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (header_length, len(chunked))
+                     + chunked)
+        (status, headers, body), = _read_responses(sock, 1)
+        assert status == 200 and _output0(headers, body) == [5] * 16
+        sock.settimeout(10)
+        assert sock.recv(65536) == b""

@@ -230,6 +230,8 @@ class HttpFrontend:
         trace = FrontendTrace(headers.get(TRACEPARENT), "HTTP_RECV_START") if self.dataplane.trace_armed else None
         try:
             status, response_headers, payload = await self._reply(headers, receive, name, version_text, trace)
+            if "transfer-encoding" in headers and "content-length" in headers:  # framed twice: RFC 9112 6.3
+                response_headers.append((b"connection", b"close"))
             if trace is not None:
                 trace.stamp("HTTP_SEND_START")
             await _send(send, status, response_headers, payload)

@@ -7,6 +7,10 @@ its body is complete, submitted to the data plane with a sink, and answered from
 task, no future, no ASGI scope or messages. Every other request, ``/infer`` ones included, goes to the ASGI
 app as before. A client that disconnects cancels its request at once.
 
+A request framed both ways, ``Transfer-Encoding: chunked`` and a ``Content-Length`` (what ``requests`` sends for a
+body it was handed already chunked), is read by its chunks and answered, as Triton answers it, and its
+connection is then closed (RFC 9112 section 6.3), so no bytes after it can be taken for another request.
+
 Copies of an output between the model's response and the socket: one (``encode_response`` joins the JSON
 header and the binary blobs), plus one when the head and body are joined for the single write.
 """
@@ -42,6 +46,10 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> 
     required = (restriction[0].lower(), restriction[1]) if restriction else None
 
     class FastInferProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.parser.set_dangerous_leniencies(lenient_chunked_length=True)  # see the module docstring
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
 
@@ -50,7 +58,10 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> 
             if frontend is not None and (self.cycle is None or self.cycle.response_complete):
                 exchange = InferExchange.take(self, frontend, required)
             if exchange is None:
+                previous = self.cycle
                 super().on_headers_complete()
+                if self.cycle is not previous and _framed_twice(self.headers):
+                    self.cycle.keep_alive = False
                 return
             self.cycle = exchange  # type: ignore[assignment]  # uvicorn reads response_complete, keep_alive...
 
@@ -79,6 +90,12 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> 
             task.add_done_callback(self.tasks.discard)
 
     return FastInferProtocol
+
+
+def _framed_twice(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request has both a Transfer-Encoding and a Content-Length header (names are lower case)."""
+    names = {name for name, _ in headers}
+    return b"transfer-encoding" in names and b"content-length" in names
 
 
 class InferExchange:
@@ -133,9 +150,11 @@ class InferExchange:
         if length is not None and length.strip() == "0":
             return None  # raw binary: the model's config decides the shape (the ASGI app asks for it)
         declared = headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > frontend.max_input_size):
+        chunked = "transfer-encoding" in headers  # the parser reads the chunks; the Content-Length does not count
+        if declared is not None and not chunked and (not declared.isdigit() or int(declared) > frontend.max_input_size):
             return None
-        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive() and not (
+            chunked and declared is not None)
         return cls(protocol, frontend, match[1], int(match[2]) if match[2] else None, headers, keep_alive)
 
     def add_body(self, chunk: bytes) -> None:
