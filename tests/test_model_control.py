@@ -130,6 +130,54 @@ def test_file_override_loads_from_a_private_directory(protocol, explicit_server)
     assert not client.is_model_ready("fresh") and not private_dir.exists()
 
 
+FAILING_JSON = json.dumps({"backend": "toy_identity", "parameters": {"fail_load": {"string_value": "1"}}})
+
+
+@pytest.mark.parametrize(("protocol", "namespacing"), [("http", False), ("grpc", False), ("http", True)])
+def test_a_model_only_in_overrides_unloads_after_a_successful_or_failed_load(  # type: ignore[no-untyped-def]
+        protocol, namespacing, add_model, toy_server, request) -> None:
+    """A model no repository holds, loaded with override files, unloads after its load succeeded or failed; a
+    failed version keeps the server not ready until that unload, as in Triton (strict readiness counts a
+    version that failed to load, but not one unloaded)."""
+    add_model("ident", IDENTITY)
+    server = toy_server(model_control_mode="explicit", load_models=["ident"], model_namespacing=namespacing)
+    client = _client(server, protocol)
+    request.addfinalizer(client.close)
+    files = {"file:1/toy_identity.toy": TOY_FILE}
+    client.load_model("fresh", config=json.dumps({"backend": "toy_identity"}), files=files)
+    assert client.is_model_ready("fresh")
+    client.unload_model("fresh")
+    assert not client.is_model_ready("fresh") and client.is_server_ready()
+
+    with pytest.raises(InferenceServerException, match="was told to fail loading"):
+        client.load_model("fresh", config=FAILING_JSON, files=files)
+    assert not client.is_server_ready()
+    client.unload_model("fresh")
+    assert client.is_server_ready() and client.is_model_ready("ident")
+    client.load_model("fresh", config=json.dumps({"backend": "toy_identity"}), files=files)  # loads again at once
+    assert client.is_model_ready("fresh")
+    client.unload_model("fresh")
+    assert not client.is_model_ready("fresh") and client.is_server_ready()
+
+
+@pytest.mark.parametrize("namespacing", [False, True])
+def test_an_override_that_fails_its_poll_leaves_readiness_as_it_was(namespacing, add_model, toy_server,  # type: ignore[no-untyped-def]
+                                                                     request) -> None:
+    """A load whose override Triton cannot even poll (here an input without a data type) never reaches its model
+    life cycle: the server stays ready, and nothing is left to unload."""
+    add_model("ident", IDENTITY)
+    server = toy_server(model_control_mode="explicit", load_models=["ident"], model_namespacing=namespacing)
+    client = _client(server, "http")
+    request.addfinalizer(client.close)
+    broken = json.dumps({"backend": "toy_identity", "input": [{"name": "INPUT0", "dims": [2]}]})
+    with pytest.raises(InferenceServerException, match="failed to load 'fresh', failed to poll from model repository"):
+        client.load_model("fresh", config=broken, files={"file:1/toy_identity.toy": TOY_FILE})
+    assert client.is_server_ready() and not client.is_model_ready("fresh")
+    client.load_model("fresh", config=json.dumps({"backend": "toy_identity"}), files={"file:1/toy_identity.toy": TOY_FILE})
+    client.unload_model("fresh")
+    assert client.is_server_ready() and not client.is_model_ready("fresh")
+
+
 def _http_load_error(server, name: str, parameters: dict[str, Any]) -> tuple[int, str]:  # type: ignore[no-untyped-def]
     response = _post(server, f"/v2/repository/models/{name}/load", {"parameters": parameters})
     return response.status_code, response.json()["error"]

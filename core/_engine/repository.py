@@ -406,7 +406,7 @@ class ModelRepository:
                 model.error = error.message
                 if model.agents is not None:
                     await model.agents.load_fail()
-                await self._reject(previous, model)
+                await self._reject(previous, model, overridden=override is not None)
                 return model
             latency = model_latency_settings(self.options.latency, config.model_metrics)
             for number in versions:
@@ -453,9 +453,11 @@ class ModelRepository:
             return model_dir
         return await model.agents.load(model.name, model_dir, failed)
 
-    async def _reject(self, previous: Model | None, model: Model) -> None:
-        """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why;
-        otherwise the failed record takes its place."""
+    async def _reject(self, previous: Model | None, model: Model, *, overridden: bool = False) -> None:
+        """Settle a load that failed: ``previous`` keeps serving if it can, its record saying why. A load
+        whose override (``overridden``) failed Triton's poll (its config or files could not be taken) leaves
+        everything as it was, as Triton's never reaches its model life cycle: no record, so server readiness
+        does not change. Otherwise the failed record takes the place of ``previous``."""
         failure, polled = model.failure(), POLL_FAILED.format(name=model.name) + ": "
         if failure.startswith(polled):  # Triton's log line for a model whose config it could not take
             log.error("Poll failed for model directory '%s': %s", model.name, failure.removeprefix(polled))
@@ -464,6 +466,9 @@ class ModelRepository:
         if previous is not None and previous.is_serving():
             previous.reload_error = model.failure()
             previous.fingerprint = model.fingerprint  # poll mode retries once the files change again
+            await self._retire(model)
+            return
+        if overridden and failure.startswith(polled):
             await self._retire(model)
             return
         self._put(model)
@@ -598,11 +603,14 @@ class ModelRepository:
         non-empty ``repository`` must name the repository the model was loaded from."""
         check_model_name(name)
         sources = self.sources_named(repository)
-        targets = [(name, sources)]
+        targets: list[tuple[str, list[RepositorySource] | None]] = [(name, sources)]
         if self.namespacing:  # the model of that name in each of ``sources``, loaded or not
-            held = await self._locate(name, sources) if not self._keys.get(name) else sources
+            keys = self._keys.get(name, set())
+            held = await self._locate(name, sources) if not keys else sources
             targets = [(self._key(source, name), [source]) for source in held
-                       if self._key(source, name) in self.models or not self._keys.get(name)]
+                       if self._key(source, name) in self.models or not keys]
+            if name in keys and not repository:  # loaded from override files, which no repository holds
+                targets.append((name, None))
             if not targets:
                 raise not_found(f"model '{name}' was not loaded from model repository '{repository}'")
         for key, where in targets:
