@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 
 import httpx
+import numpy as np
+import tritonclient.http as httpclient
 import pytest
 
 from triton_serve._engine.errors import ServerError
@@ -181,3 +183,32 @@ def test_keys_that_name_no_input_become_parameters() -> None:
         generate_request({"IDS": [[1, 2], [3, 4]]}, inputs, "m", None, 1 << 20)  # Triton counts the outer list
     with pytest.raises(ServerError, match="exceeds the maximum allowed input size of 8"):
         generate_request({"IDS": [1, 2, 3, 4]}, inputs, "m", None, 8)
+
+
+# Triton's test_0_dimension_output: an LLM that stops at once returns np.array([]) (float64) for its text output.
+EMPTY_TEXT = """
+backend: "toy_identity"
+max_batch_size: 0
+input { name: "INPUT0" data_type: TYPE_FP64 dims: [ 1, -1 ] }
+output { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1, -1 ] }
+"""
+
+
+@pytest.mark.parametrize("frontend_processes", FRONTEND_MODES, ids=lambda n: f"frontend_processes={n}")
+def test_an_empty_output_of_another_datatype_answers_an_empty_list(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("empty_text", EMPTY_TEXT)
+    server = toy_server()
+    base = f"http://{server.http_url}/v2/models/empty_text"
+    reply = httpx.post(f"{base}/generate", json={"INPUT0": []})
+    assert reply.status_code == 200 and reply.headers["content-type"] == "application/json"
+    assert reply.json() == {"OUTPUT0": [], "model_name": "empty_text", "model_version": "1"}
+    assert events(httpx.post(f"{base}/generate_stream", json={"INPUT0": []}).text) == [reply.json()]
+    with httpclient.InferenceServerClient(server.http_url) as client:  # /infer: the config's datatype, no elements
+        tensor = httpclient.InferInput("INPUT0", [1, 0], "FP64")
+        tensor.set_data_from_numpy(np.zeros((1, 0), np.float64))
+        result = client.infer("empty_text", [tensor])
+        assert result.get_output("OUTPUT0")["datatype"] == "BYTES" and result.as_numpy("OUTPUT0").shape == (1, 0)
+    reply = httpx.post(f"{base}/generate", json={"INPUT0": [1.5]})  # elements of another datatype still fail
+    assert reply.status_code == 500
+    assert reply.json()["error"] == ("model 'empty_text' returned output 'OUTPUT0' with datatype 'FP64', but its "
+                                     "config declares 'BYTES'")

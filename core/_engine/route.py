@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .datatypes import element_count, name_of_config_type
+from .datatypes import BY_NAME, element_count, name_of_config_type
 from .errors import ServerError, internal
 from .inference import InferenceRequest, InferenceResponse, Tensor
 
@@ -132,8 +132,13 @@ class ModelRoute:
                 raise internal(f"model '{request.model_name}' returned output '{tensor.name}', "
                                "which its config does not declare")
             if tensor.datatype != rule.datatype:
-                raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with datatype "
-                               f"'{tensor.datatype}', but its config declares '{rule.datatype}'")
+                if tensor.size:
+                    raise internal(f"model '{request.model_name}' returned output '{tensor.name}' with datatype "
+                                   f"'{tensor.datatype}', but its config declares '{rule.datatype}'")
+                # No element to misread (an LLM that stops at once returns np.array([]), float64, for a text
+                # output): Triton passes it, and it takes its config's datatype here.
+                tensor = Tensor(tensor.name, rule.datatype, tensor.shape,
+                                np.empty(tensor.shape, BY_NAME[rule.datatype].numpy), tensor.parameters)
             # Triton's core checks no output shape against the config (nor does its python backend): any shape
             # goes through, except that an output whose config has ``reshape`` must hold its config dims' elements.
             if rule.reshape is not None and (tensor.shape or not batching) and -1 not in rule.dims:
