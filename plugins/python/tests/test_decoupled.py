@@ -332,8 +332,9 @@ def test_sender_misuse_raises_tritons_messages(stream: Stream) -> None:
 def test_decoupled_execute_returning_responses_fails_the_request(stream: Stream) -> None:
     stream.send("misuse", "r", **mode("return_list"))
     _, error = stream.next()
-    assert error is not None
-    assert "Python model 'misuse' is using the decoupled mode and the execute function must return None." in str(error)
+    assert error is not None and error.message() == (
+        "Failed to process the request(s) for model 'misuse_0_0', message: Python model 'misuse_0_0' is using the "
+        "decoupled mode and the execute function must return None.")
 
 
 def test_execute_raising_after_a_response_ends_the_stream_with_its_error(stream: Stream) -> None:

@@ -3,6 +3,7 @@ requests per call, errors and cancellations; every stream ends, nothing waits fo
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import queue
 import re
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -29,6 +31,7 @@ import asyncio
 import threading
 import time
 
+import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -102,6 +105,7 @@ class TritonPythonModel:
 ASYNC = "\nTritonPythonModel.execute = TritonPythonModel.execute_async\n"
 
 RAISING = """
+import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -131,6 +135,7 @@ class TritonPythonModel:
 
 # Forwards, through its own sender, the responses of a BLS request to the decoupled "planned" model.
 BLS_STREAMER = """
+import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -399,17 +404,25 @@ def test_non_decoupled_execute_raising_gives_tritons_message(server: RunningServ
     assert raised.value.status() == "StatusCode.INTERNAL" and expected.match(raised.value.message())
 
 
-def test_decoupled_errors_end_the_stream(stream: Stream) -> None:
+# python_backend's pb_stub.cc: the stub is named after the instance, and both names in the text are its name.
+RETURNED_IN_DECOUPLED = ("Failed to process the request(s) for model 'planned_0_0', message: Python model "
+                         "'planned_0_0' is using the decoupled mode and the execute function must return None.")
+
+
+def test_decoupled_errors_end_the_stream(stream: Stream, server: RunningServer) -> None:
     cases = {
-        "e:ret": "Failed to process the request(s) for model 'planned_0_0', message: Python model 'planned' is "
-                 "using the decoupled mode and the execute function must return None.",
-        "e:ret t:r": "using the decoupled mode and the execute function must return None.",  # the thread's send fails
+        "e:ret": RETURNED_IN_DECOUPLED,
+        "e:ret t:r": RETURNED_IN_DECOUPLED,  # the thread's send fails
         "e:s": "the plan says fail",
     }
     for plan, text in cases.items():
         stream.send("planned", plan)
         ((result, error),) = stream.until_final()
-        assert result is None and error is not None and text in error.message(), plan
+        assert result is None and error is not None and error.message() == text, plan
+    reply = httpx.post(f"http://{server.http_url}/v2/models/planned/generate_stream", json={"PLAN": "e:ret"},
+                       timeout=30)  # over HTTP: Triton's status for it, INTERNAL, and its one event
+    assert reply.status_code == 500 and reply.text.startswith("data: ") and reply.text.endswith("\n\n")
+    assert json.loads(reply.text[len("data: "):]) == {"error": RETURNED_IN_DECOUPLED}
     stream.send("planned", "e:rf e:ret")  # Triton: the sender was closed, so the client sees only the response
     answers = stream.until_final()
     assert [error for _, error in answers] == [None] and values(answers) == [0]

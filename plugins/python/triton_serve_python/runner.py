@@ -181,8 +181,8 @@ class ModelRunner:
         if responses is None:
             return [None] * len(batch)
         if self.decoupled:
-            raise ExecuteReturnError(f"Python model '{self.model_name}' is using the decoupled mode and the "
-                                     "execute function must return None.")
+            raise ExecuteReturnError(f"Python model '{self.link.model_instance_name}' is using the decoupled mode "
+                                     "and the execute function must return None.")  # the stub's name: the instance's
         if not isinstance(responses, list):
             raise ExecuteReturnError(f"Expected a list in the execute return, found type '{type(responses)}'.")
         if len(responses) != len(batch):
