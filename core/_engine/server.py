@@ -18,7 +18,7 @@ from .frontend.http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
-from .frontend.openai_listener import OpenAIOptions
+from .frontend.openai_listener import OpenAIOptions, told_by_server
 from .frontend.platforms.listeners import PlatformOptions
 from .pluginhost import PluginHost
 from .polling import RepositoryPoller
@@ -107,7 +107,9 @@ class ServerOptions:
             http_restricted_api=self.http_restricted_api, grpc_restricted_protocol=self.grpc_restricted_protocol,
             http_header_forward_pattern=self.http_header_forward_pattern,
             grpc_header_forward_pattern=self.grpc_header_forward_pattern, platforms=self.platforms,
-            openai=self.openai)
+            openai=told_by_server(self.openai, model_control_mode=self.model_control_mode,
+                                  metrics_address=self.metrics_address if self.allow_metrics else None,
+                                  metrics_port=self.metrics_port))
 
 
 class Server:

@@ -117,7 +117,8 @@ class Frontends:
             if OPENAI_PREFIX in mounts:
                 mounts[OPENAI_PREFIX] = restrict_openai(mounts[OPENAI_PREFIX], options.openai.restricted_api)
         if openai_socket is not None:
-            self._tasks.append(asyncio.create_task(serve_http(openai_port_app(mounts[OPENAI_PREFIX]), openai_socket,
+            self._tasks.append(asyncio.create_task(serve_http(openai_port_app(mounts, self.api, options.openai),
+                                                              openai_socket,
                                                               options.http_server, self._stopping,
                                                               options.exit_timeout_secs)))
         if http_socket is not None:

@@ -4,16 +4,22 @@ what the ``/v1/`` app is told."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ServerError
+from ..seam import DataPlaneAPI
 from .http.app import Receive, Scope, Send
 from .restricted import AsgiApp, Restrictions
 
 OPENAI_PREFIX = "/v1/"  # the plugin prefix --openai-port serves
+# vLLM's paths outside /v1 that the OpenAI plugin serves too (on --openai-port as on the HTTP port)
+OPENAI_ROOT_PREFIXES = ("/tokenize/", "/detokenize/")
+SCRAPE_TIMEOUT_S = 30.0  # /metrics on --openai-port: how long the metrics port may take to answer
 DEFAULT_OPENAI_PORT = 9000  # Triton's --openai-port default
 TOOL_CALL_PARSERS = ("llama3", "mistral")  # Triton's --tool-call-parser choices
 DEFAULT_MAX_TOOL_CALL_PARSE_BYTES = 128 * 1024  # Triton's --max-tool-call-parse-bytes default
@@ -37,6 +43,21 @@ class OpenAIOptions:
     tool_call_parser: str | None = None  # --tool-call-parser: how "auto" tool choice reads a model's tool calls
     # --max-tool-call-parse-bytes: a streamed reply read for tool calls is cut (finish_reason "length") past it
     max_tool_call_parse_bytes: int = DEFAULT_MAX_TOOL_CALL_PARSE_BYTES
+    # what the server tells the app (``told_by_server``), not flags of their own:
+    explicit_model_control: bool = False  # --model-control-mode explicit: /v1/models/{model}/load and /unload work
+    metrics_endpoint: tuple[str, int] | None = None  # where the metrics port answers (None: --allow-metrics false)
+
+
+def told_by_server(options: OpenAIOptions, *, model_control_mode: str, metrics_address: str | None,
+                   metrics_port: int) -> OpenAIOptions:
+    """``options`` with what the server's other flags say: whether models load explicitly, and where its metrics
+    port answers (``metrics_address`` None: metrics are off; a wildcard address is reached on loopback)."""
+    endpoint = None
+    if metrics_address is not None:
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(metrics_address, metrics_address)
+        endpoint = (host, metrics_port)
+    return dataclasses.replace(options, explicit_model_control=model_control_mode == "explicit",
+                               metrics_endpoint=endpoint)
 
 
 def add_openai_flags(group: argparse._ArgumentGroup) -> None:
@@ -120,16 +141,82 @@ def restrict_openai(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
     return restricted_app
 
 
-def openai_port_app(v1_app: AsgiApp) -> AsgiApp:
-    """What ``--openai-port`` serves: the ``/v1`` app, and OpenAI's 404 shape for every other path."""
-    missing = json.dumps({"error": {"message": "Not Found", "type": "invalid_request_error", "param": None,
-                                    "code": None}}).encode()
+def openai_port_app(mounts: dict[str, AsgiApp], api: DataPlaneAPI, options: OpenAIOptions) -> AsgiApp:
+    """What ``--openai-port`` serves: the OpenAI plugin's paths (``/v1``, ``/tokenize``, ``/detokenize``: the
+    ``mounts`` registered for them, restricted as they are on the HTTP port), Triton's ``GET /health/ready`` and
+    ``GET /metrics`` (behind the ``health`` and ``metrics`` groups of ``--openai-restricted-api``), and OpenAI's
+    404 shape for every other path."""
+    served = {prefix: mounts[prefix] for prefix in (OPENAI_PREFIX, *OPENAI_ROOT_PREFIXES) if prefix in mounts}
+    observability = restrict_openai(_observability_app(api, options), options.restricted_api)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/v1" or scope["path"].startswith(OPENAI_PREFIX):
-            await v1_app(scope, receive, send)
+        if scope["type"] != "http":
+            await served[OPENAI_PREFIX](scope, receive, send)
             return
-        await send({"type": "http.response.start", "status": 404, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(missing)).encode())]})
-        await send({"type": "http.response.body", "body": missing})
+        path = scope["path"]
+        for prefix, mounted in served.items():
+            if path == prefix[:-1] or path.startswith(prefix):
+                await mounted(scope, receive, send)
+                return
+        if path in ("/health/ready", "/metrics"):
+            await observability(scope, receive, send)
+            return
+        await _send_error(send, 404, "Not Found")
     return app
+
+
+def _observability_app(api: DataPlaneAPI, options: OpenAIOptions) -> AsgiApp:
+    """``GET /health/ready`` (200 when the server is ready for inference, else 400 with Triton's message) and
+    ``GET /metrics`` (the metrics port's Prometheus text)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "GET":
+            await _send_error(send, 405, f"Method Not Allowed ({scope['method']} {scope['path']})")
+        elif scope["path"] == "/health/ready":
+            if await api.server_ready():
+                await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                await _send_error(send, 400, "Attached inference engine is not ready for inference requests.")
+        elif options.metrics_endpoint is None:
+            await _send_error(send, 503, "Metrics are disabled (--allow-metrics false)")
+        else:
+            try:
+                content_type, body = await _scrape(*options.metrics_endpoint)
+            except (OSError, asyncio.TimeoutError, ValueError) as error:
+                await _send_error(send, 503, f"the metrics port did not answer: {error or type(error).__name__}")
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+    return app
+
+
+async def _scrape(host: str, port: int) -> tuple[bytes, bytes]:
+    """The content type and body of ``GET /metrics`` on the metrics port (HTTP/1.0: the answer ends with the
+    connection)."""
+    async def fetch() -> bytes:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET /metrics HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode())
+            await writer.drain()
+            return await reader.read()
+        finally:
+            writer.close()
+    answer = await asyncio.wait_for(fetch(), SCRAPE_TIMEOUT_S)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    if len(lines[0].split()) < 2 or lines[0].split()[1] != b"200":
+        raise ValueError(f"the metrics port answered {lines[0].decode(errors='replace')!r}")
+    content_type = next((line.partition(b":")[2].strip() for line in lines[1:]
+                         if line.lower().startswith(b"content-type:")), b"text/plain; version=0.0.4")
+    return content_type, body
+
+
+async def _send_error(send: Send, status: int, message: str) -> None:
+    kind = {401: "authentication_error", 500: "internal_error", 503: "service_unavailable"}.get(
+        status, "invalid_request_error")
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": None}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -113,11 +113,28 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% if tools %}<|tools|> {% for tool in tools %}
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
+# The tokenizer's words: one token each (whitespace splits), anything else [UNK]; <s> opens a prompt.
+VOCABULARY = ["[UNK]", "<s>", "</s>", "hello", "there", "world", "a", "b", "c", "<|user|>", "<|assistant|>"]
+
+
+def _write_tokenizer(directory: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tokenizer = Tokenizer(models.WordLevel({word: index for index, word in enumerate(VOCABULARY)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "config.json").write_text(json.dumps({"max_position_embeddings": 300}))
+    (directory / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": CHAT_TEMPLATE, "bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>",
+         "unk_token": "[UNK]",
+         "tokenizer_class": "PreTrainedTokenizerFast"}))
+
+
 def write_repository(root: Path) -> Path:
     tokenizer = root / "tokenizer"
     tokenizer.mkdir(parents=True)
-    (tokenizer / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": CHAT_TEMPLATE, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+    _write_tokenizer(tokenizer)
     repo = root / "models"
     for name, config in (("llm_vllm", VLLM_CONFIG % tokenizer), ("llm_trtllm", TRTLLM_CONFIG)):
         (repo / name / "1").mkdir(parents=True)

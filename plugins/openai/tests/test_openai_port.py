@@ -16,6 +16,7 @@ from triton_serve.testing import RunningServer, free_port
 
 INFER = {"infer-key": "infer-secret"}
 LIST = {"model-key": "model-secret"}
+METRICS = {"metrics-key": "metrics-secret"}
 MESSAGES = [{"role": "user", "content": "hello there"}]
 
 
@@ -24,7 +25,8 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
            llm_repository: Callable[[Path], Path]) -> Iterator[RunningServer]:
     repo = llm_repository(tmp_path_factory.mktemp("openai_port"))
     prefix = f"tsop_{os.getpid()}_{uuid.uuid4().hex[:6]}_"
-    restricted = {"inference": ("infer-key", "infer-secret"), "model-repository": ("model-key", "model-secret")}
+    restricted = {"inference": ("infer-key", "infer-secret"), "model-repository": ("model-key", "model-secret"),
+                  "metrics": ("metrics-key", "metrics-secret")}
     running = RunningServer(ServerOptions(
         model_repositories=[str(repo)], http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
         http_address="127.0.0.1", grpc_address="127.0.0.1", metrics_address="127.0.0.1",
@@ -85,3 +87,30 @@ def test_a_body_over_the_input_limit_is_413(server: RunningServer, port: str) ->
     answer = httpx.post(f"{url}/completions", json=body, headers=INFER, timeout=30)
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "content_too_large" and "--http-max-input-size" in answer.text
+
+
+def test_health_and_metrics_on_the_openai_port(server: RunningServer) -> None:
+    root = _urls(server)[0].removesuffix("/v1")
+    ready = httpx.get(f"{root}/health/ready", timeout=30)
+    assert ready.status_code == 200 and ready.content == b""
+    assert httpx.post(f"{root}/health/ready", timeout=30).status_code == 405
+    refused = httpx.get(f"{root}/metrics", timeout=30)  # the metrics group is restricted
+    assert refused.status_code == 401 and "'metrics-key'" in refused.json()["error"]["message"]
+    httpx.post(f"{root}/v1/completions", json={"model": "llm_vllm", "prompt": "count me"}, headers=INFER, timeout=30)
+    metrics = httpx.get(f"{root}/metrics", headers=METRICS, timeout=30)
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    assert 'nv_inference_request_success{model="llm_vllm",version="1"}' in metrics.text
+    assert httpx.get(f"{root}/v2/metrics", headers=METRICS, timeout=30).status_code == 404
+    tokens = httpx.post(f"{root}/tokenize", json={"model": "llm_vllm", "prompt": "hello"}, timeout=60)
+    assert tokens.status_code == 200 and tokens.json()["tokens"] == [1, 3]  # vLLM's /tokenize is served here too
+
+
+@pytest.mark.parametrize("port", ["openai", "http"])
+def test_model_control_is_restricted_and_needs_explicit_mode(server: RunningServer, port: str) -> None:
+    url = _urls(server)[0 if port == "openai" else 1]
+    for action in ("load", "unload"):
+        refused = httpx.post(f"{url}/models/llm_vllm/{action}", timeout=30)
+        assert refused.status_code == 401 and "'model-key'" in refused.json()["error"]["message"]
+        answer = httpx.post(f"{url}/models/llm_vllm/{action}", headers=LIST, timeout=30)
+        assert answer.status_code == 400  # this server does not load models explicitly
+        assert answer.json()["error"]["message"] == "Model load/unload requires --model-control-mode=explicit"

@@ -18,6 +18,7 @@ from typing import Any
 from triton_serve.frontend import DataPlaneAPI, InferenceRequest, ModelConfig, OpenAIOptions, ServerError, Status
 
 from . import requests as parse
+from . import tokenization
 from .contract import VLLM, Contract, Piece, Sampling
 from .embeddings import create_embeddings
 from .errors import OpenAIError
@@ -105,8 +106,16 @@ class OpenAIApp:
     async def _route(self, method: str, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         if path == "/v1/models" and method == "GET":
             await _send_json(send, 200, await self.models())
-        elif path.startswith("/v1/models/") and method == "GET":
+        elif path.startswith("/v1/models/") and path.endswith(("/load", "/unload")) and method == "POST":
+            await self._body(scope, receive, json_body=False)
+            name, _, action = path[len("/v1/models/"):].rpartition("/")
+            await _send_json(send, 200, await (self.load(name) if action == "load" else self.unload(name)))
+        elif path.startswith("/v1/models/") and not path.endswith(("/load", "/unload")) and method == "GET":
             await _send_json(send, 200, await self.model(path[len("/v1/models/"):]))
+        elif path in ("/tokenize", "/detokenize") and method == "POST":
+            body = await self._body(scope, receive)
+            name = parse.model_name(body)
+            await _send_json(send, 200, await tokenization.answer(path[1:], name, await self._config(name), body))
         elif path in ("/v1/chat/completions", "/v1/completions") and method == "POST":
             body = await self._body(scope, receive)
             await self._generate(body, path == "/v1/chat/completions", receive, send)
@@ -114,7 +123,8 @@ class OpenAIApp:
             body = await self._body(scope, receive)
             name = parse.model_name(body)
             await _send_json(send, 200, await create_embeddings(self.api, name, await self._config(name), body))
-        elif path in ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings") \
+        elif path in ("/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/tokenize",
+                      "/detokenize") \
                 or path.startswith("/v1/models/"):
             raise OpenAIError(f"Method Not Allowed ({method} {path})", 405)
         else:
@@ -136,6 +146,32 @@ class OpenAIApp:
             raise _unknown_model(name)
         return self._model_card(name)
 
+    async def load(self, name: str) -> dict[str, Any]:
+        """``POST /v1/models/{model}/load``: load a model (explicit model control only), as Triton's front-end."""
+        self._check_model_control()
+        if await self.api.model_ready(name):
+            raise OpenAIError(f"Model '{name}' is already loaded", 400)
+        try:
+            await self.api.load_model(name, {})
+        except ServerError as error:
+            raise _model_control_error(f"Failed to load model '{name}': {error.message}", error) from None
+        return self._model_card(name)
+
+    async def unload(self, name: str) -> dict[str, Any]:
+        """``POST /v1/models/{model}/unload``: unload a loaded model (explicit model control only)."""
+        self._check_model_control()
+        if not await self.api.model_ready(name):
+            raise OpenAIError(f"Unknown model: {name}", 400)
+        try:
+            await self.api.unload_model(name)
+        except ServerError as error:
+            raise _model_control_error(f"Failed to unload model '{name}': {error.message}", error) from None
+        return {"status": "success", "model": name}
+
+    def _check_model_control(self) -> None:
+        if not self.options.explicit_model_control:
+            raise OpenAIError("Model load/unload requires --model-control-mode=explicit", 400)
+
     async def _config(self, name: str) -> ModelConfig:
         try:
             return await self.api.model_config(name)
@@ -149,7 +185,8 @@ class OpenAIApp:
 
     # ---- generation -------------------------------------------------------------------------
 
-    async def _body(self, scope: Scope, receive: Receive) -> dict[str, Any]:
+    async def _body(self, scope: Scope, receive: Receive, *, json_body: bool = True) -> dict[str, Any]:
+        """The request's JSON object (``json_body`` False: read to its end, and ignored)."""
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_input_size:
                 raise self._too_large(int(value))
@@ -165,6 +202,8 @@ class OpenAIApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        if not json_body:
+            return {}
         try:
             body = json.loads(b"".join(chunks))
         except (ValueError, UnicodeDecodeError) as error:
@@ -480,6 +519,12 @@ async def _watch_disconnect(receive: Receive, choices: list[Choice], work: async
                 choice.request.cancel()
             work.cancel()
             return
+
+
+def _model_control_error(message: str, error: ServerError) -> OpenAIError:
+    """A failed load or unload: 400 for the client's mistake, 500 for the server's (as Triton's front-end)."""
+    client = error.status in (Status.INVALID_ARG, Status.NOT_FOUND, Status.ALREADY_EXISTS)
+    return OpenAIError(message, 400 if client else 500)
 
 
 def _unknown_model(name: str) -> OpenAIError:

@@ -55,11 +55,12 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.supports_tools = "tools" in source  # the template reads the request's tools
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-        """The prompt for ``messages`` followed by the assistant's turn; a template's ``raise_exception``
-        (a role order it refuses, most often) is a 400."""
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+               add_generation_prompt: bool = True) -> str:
+        """The prompt for ``messages`` (followed by the assistant's turn unless ``add_generation_prompt`` is
+        False); a template's ``raise_exception`` (a role order it refuses, most often) is a 400."""
         try:
-            return self.template.render(messages=messages, tools=tools, add_generation_prompt=True,
+            return self.template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                         bos_token=self.bos_token, eos_token=self.eos_token)
         except jinja2.TemplateError as error:
             raise OpenAIError(f"the model's chat template refused the messages: {error}", 400,
