@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,40 @@ def test_a_candidate_that_fails_to_load_is_recorded_and_the_sweep_goes_on(
     assert _chosen(output)["candidate"] == "mbs=2 count=1 dyn=0us"
     assert "max_batch_size: 2\n" in (repo / "picky" / "configs" / "analyzed.pbtxt").read_text()
     assert not httpclient.InferenceServerClient(server.http_url).is_model_ready("picky")  # not loaded before
+
+
+def test_a_model_an_ensemble_calls_keeps_a_max_batch_size_the_ensemble_loads_with(
+        tmp_path: Path, fake_perf_analyzer: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("triton_serve_python", reason="the example models are Python-backend models")
+    pytest.importorskip("triton_serve_ensemble", reason="the example ensemble needs the ensemble plugin")
+    repo = tmp_path / "models"
+    for name in ("preprocess", "add_sub", "postprocess", "ensemble_add_sub"):  # ensemble_add_sub: max_batch_size 8
+        shutil.copytree(EXAMPLE_REPOSITORY / name, repo / name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the default output folder
+    status = main(["--model-repository", str(repo), "--model", "add_sub", "--perf-analyzer", fake_perf_analyzer,
+                   "--search", "exhaustive", "--no-early-stop", "--max-batch-sizes", "1,2,16",
+                   "--instance-counts", "1", "--dynamic-batching", "on", "--max-queue-delays-us", "0", *FAST])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert ("model 'add_sub' is called by ensemble 'ensemble_add_sub' (max_batch_size 8): max_batch_size "
+            "candidates kept to 16 so that it keeps loading") in out
+    output = tmp_path / "cache" / "triton-serve" / "analyze" / "add_sub"
+    assert f"report: {output / 'report.html'}" in out
+    assert {row["candidate"] for row in _rows(output)} == {"mbs=16 count=1 dyn=0us"}
+    # Served as docs/analyze.md says, the tuned model and the ensemble that calls it both load and answer.
+    server = LocalServer(str(repo), tmp_path / "verify.log", ["--model-config-name", "analyzed"])
+    try:
+        server.client.load("add_sub")
+        server.client.load("preprocess")
+        server.client.load("postprocess")
+        server.client.load("ensemble_add_sub")
+        raw = httpclient.InferInput("RAW", [1, 16], "FP32")
+        raw.set_data_from_numpy(np.full((1, 16), 2.5, np.float32))
+        result = httpclient.InferenceServerClient(server.client.host_port).infer("ensemble_add_sub", [raw])
+        np.testing.assert_allclose(result.as_numpy("RAW_PLUS_ONE"), np.full((1, 16), 3.5), rtol=1e-3)
+    finally:
+        server.stop()
 
 
 def test_a_server_that_dies_mid_sweep_keeps_the_checkpoint_and_a_rerun_resumes(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
@@ -14,7 +15,7 @@ from .measure import PerfAnalyzer
 from .report import ModelOutcome, summary, terminal_table, write_csv, write_html
 from .search import Budget, Checkpoint, Goal, ModelSearch, Sweep
 from .server import LoadFailed, LocalServer, ServerClient, ServerGone
-from .space import SearchSpace, check_model_config
+from .space import SearchSpace, check_model_config, ensembles_calling, keep_what_dependents_allow
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNMET = 0, 1, 2, 3
 
@@ -131,8 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="perf_analyzer --stability-percentage (default 999: report the last windows "
                               "whatever their spread, so a busy machine cannot stall the sweep)")
     out = parser.add_argument_group("output")
-    out.add_argument("--output-dir", default="analyze_results",
-                     help="report.html, measurements.csv, checkpoint.json (default ./analyze_results)")
+    out.add_argument("--output-dir",
+                     help="report.html, measurements.csv, checkpoint.json, server.log (default "
+                          "$XDG_CACHE_HOME/triton-serve/analyze/<models>, ~/.cache when unset: outside the "
+                          "current directory, and the same for the same models, so a run resumes there)")
     out.add_argument("--output-model-repository",
                      help="write <dir>/<model>/config.pbtxt (and the model's files) there instead of "
                           "<model>/configs/analyzed.pbtxt in the model repository")
@@ -181,7 +184,8 @@ def main(argv: list[str]) -> int:
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    output_dir = Path(args.output_dir)
+    output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.models)
+    args.output_dir = str(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     repository = Path(args.model_repository)
     if args.url is None and not repository.is_dir():
@@ -237,6 +241,12 @@ def main(argv: list[str]) -> int:
     return status
 
 
+def default_output_dir(models: list[str]) -> Path:
+    """Where results go without ``--output-dir``: a cache folder named after the models analyzed."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "triton-serve" / "analyze" / "+".join(sorted(models))
+
+
 def _kept(checkpoint: Path) -> str:
     return f"Finished candidates are kept in {checkpoint}: run the same command again to resume."
 
@@ -255,6 +265,10 @@ def _analyze_model(model: str, was_ready: bool, args: argparse.Namespace, client
         return None
     space = SearchSpace.build(served, args.max_batch_sizes, args.instance_counts, args.dynamic_batching,
                               args.max_queue_delays_us, args.preferred_batch_sizes)
+    if repository.is_dir():
+        note = keep_what_dependents_allow(space, model, ensembles_calling(repository, model))
+        if note:
+            print(note)
     progress = Progress(sys.stderr, budget, space.size)
     search = ModelSearch(model, served, space, goal, sweep, client, perf, budget, checkpoint, progress)
     started = time.monotonic()
@@ -299,5 +313,6 @@ def _write_outputs(outcomes: list[ModelOutcome], output_dir: Path, command: str)
         return
     write_csv(output_dir / "measurements.csv", outcomes)
     write_html(output_dir / "report.html", outcomes, command)
+    output_dir = output_dir.resolve()
     print(f"report: {output_dir / 'report.html'}; every measurement: {output_dir / 'measurements.csv'}")
 

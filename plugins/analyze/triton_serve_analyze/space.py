@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
@@ -84,6 +85,44 @@ class SearchSpace:
     def size(self) -> int:
         a, b, c = self.shape
         return a * b * c
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """An ensemble in the repository whose steps call the tuned model: Triton loads it only while each model it
+    calls has a max_batch_size of at least its own."""
+
+    name: str
+    max_batch_size: int
+
+
+def ensembles_calling(repository: Path, model: str) -> list[Dependent]:
+    """The ensembles in ``repository`` (their ``config.pbtxt``) with a step that calls ``model``; a config that
+    does not parse is left to the server to report."""
+    found = []
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        try:
+            config = parse_pbtxt(path.read_text())
+        except (OSError, UnicodeDecodeError, text_format.ParseError):
+            continue
+        if any(step.model_name == model for step in config.ensemble_scheduling.step):
+            found.append(Dependent(config.name or path.parent.name, config.max_batch_size))
+    return found
+
+
+def keep_what_dependents_allow(space: SearchSpace, model: str, dependents: list[Dependent]) -> str:
+    """Drop the max_batch_size values that would make a dependent ensemble fail to load (adding the smallest one
+    that works where none is left); returns what was done, for the output ("" when nothing changed)."""
+    floor = max((d.max_batch_size for d in dependents), default=0)
+    if floor == 0 or space.max_batch_sizes == [0]:
+        return ""
+    kept = [size for size in space.max_batch_sizes if size >= floor] or [floor]
+    if kept == space.max_batch_sizes:
+        return ""
+    space.max_batch_sizes = kept
+    callers = ", ".join(f"'{d.name}' (max_batch_size {d.max_batch_size})" for d in dependents if d.max_batch_size)
+    return (f"model '{model}' is called by ensemble {callers}: max_batch_size candidates kept to "
+            f"{', '.join(map(str, kept))} so that it keeps loading")
 
 
 def check_model_config(name: str, config: dict[str, Any]) -> None:
