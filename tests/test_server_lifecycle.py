@@ -52,7 +52,7 @@ def test_cli_maps_triton_flags() -> None:
     args = build_parser().parse_args([
         "--model-repository=/a", "--model-repository", "/b", "--http-port=9000", "--allow-grpc=false",
         "--exit-on-error=true", "--strict-readiness=false", "--strict-model-config=true",
-        "--model-control-mode=explicit", "--load-model=m1", "--load-model", "*",
+        "--model-control-mode=explicit", "--load-model=m1", "--load-model", "m2",
         "--backend-config=python,shm-default-byte-size=1048576", "--cache-config=local,size=1024",
         "--http-max-input-size=100", "--plugin=no:local_cache"])
     options = options_from_args(args)
@@ -60,7 +60,7 @@ def test_cli_maps_triton_flags() -> None:
     assert (options.http_port, options.grpc_port, options.metrics_port) == (9000, 8001, 8002)
     assert options.allow_grpc is False and options.exit_on_error is True and options.strict_readiness is False
     assert options.strict_model_config and options.disable_auto_complete_config
-    assert options.model_control_mode == "explicit" and options.load_models == ["m1", "*"]
+    assert options.model_control_mode == "explicit" and options.load_models == ["m1", "m2"]
     assert options.backend_config == {"python": {"shm-default-byte-size": "1048576"}}
     assert options.cache_config == ("local", {"size": "1024"})
     assert options.http_max_input_size == 100 and options.blocked_plugins == ["local_cache"]

@@ -3,7 +3,10 @@ the ones triton-serve acts on behave as Triton's, the others each log one warnin
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +135,31 @@ def test_id_names_the_server_in_its_metadata(add_model, toy_server) -> None:  # 
     assert httpclient.InferenceServerClient(server.http_url).get_server_metadata()["name"] == "inference-1"
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         assert client.get_server_metadata().name == "inference-1"
+
+
+def _run_cli(repository: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python -m triton_serve`` on ``repository`` with ``flags``, on ports the OS picks; it must exit by itself."""
+    return subprocess.run([sys.executable, "-m", "triton_serve", f"--model-repository={repository}", *flags,
+                           "--http-port=0", "--grpc-port=0", "--metrics-port=0", "--frontend-processes=0"],
+                          capture_output=True, text=True, timeout=60)
+
+
+NEEDS_EXPLICIT = "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+
+
+@pytest.mark.parametrize(("flags", "line"), [
+    (["--load-model=m"], NEEDS_EXPLICIT),
+    (["--model-control-mode=poll", "--load-model=*"], NEEDS_EXPLICIT),
+    (["--model-control-mode=explicit", "--load-model=*", "--load-model=m"], "error: creating server: Invalid argument - "
+     "Wildcard model name '*' must be the ONLY startup model if specified at all."),
+    (["--model-control-mode=explicit", "--load-model=missing"], "error: failed to load all models"),
+], ids=["without-explicit", "poll-mode", "wildcard-and-a-name", "unknown-name"])
+def test_startup_models_are_checked_as_tritonserver_checks_them(tmp_path: Path, flags: list[str], line: str) -> None:
+    """tritonserver's texts on stderr, exit code 1, no traceback: a parse error alone (its ParseException), a
+    wildcard beside a name as its 'creating server' error, an unknown name logged as its poll failure."""
+    finished = _run_cli(tmp_path, *flags)
+    assert finished.returncode == 1
+    assert finished.stderr.splitlines()[-1] == line
+    assert "Traceback" not in finished.stderr
+    if flags[-1] == "--load-model=missing":
+        assert "failed to poll model 'missing': model not found in any model repository." in finished.stderr

@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from .errors import ServerError
+from .errors import ServerError, Status
 from .frontend_pool import default_process_count
 from .frontend.frontends import run_on_fast_loop
 from .frontend.http.serving import HTTP_SERVERS
@@ -334,7 +334,28 @@ def _grpc_options(args: argparse.Namespace) -> GrpcOptions:
                           if f.name != "max_message_size"})
 
 
+class UsageError(ServerError):
+    """A command line tritonserver refuses as it parses it: ``main`` prints the message alone, as tritonserver
+    prints its ParseException, and exits 1."""
+
+
+# tritonserver's texts (command_line_parser.cc; core's model_repository_manager.cc, through main.cc's
+# "error: creating server: <code> - <message>").
+LOAD_MODEL_NEEDS_EXPLICIT = "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+WILDCARD_NOT_ALONE = ("creating server: Invalid argument - Wildcard model name '*' must be the ONLY startup model if "
+                      "specified at all.")
+
+
+def check_startup_models(args: argparse.Namespace) -> None:
+    """``--load-model`` as tritonserver takes it: only with ``--model-control-mode=explicit``, and ``*`` only alone."""
+    if args.load_models and args.model_control_mode != "explicit":
+        raise UsageError(LOAD_MODEL_NEEDS_EXPLICIT)
+    if "*" in args.load_models and len(set(args.load_models)) > 1:
+        raise ServerError(WILDCARD_NOT_ALONE, Status.INVALID_ARG)
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    check_startup_models(args)
     blocked = []
     for item in args.plugins:
         if not item.startswith("no:"):
@@ -451,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
         warn_ignored_flags(args)
         warn_deprecated_trace_flags(args)
         run_on_fast_loop(_run(options_from_args(args)))
+    except UsageError as error:
+        print(error.message, file=sys.stderr)
+        return 1
     except ServerError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 1

@@ -206,6 +206,11 @@ class Server:
             raise ServerError(f"--model-control-mode={mode} is not supported; use none, explicit or poll")
         names = await self.repository.model_names()  # in every mode: a repository that cannot be listed stops start-up
         if mode == "explicit" and "*" not in self.options.load_models:
+            missing = [name for name in self.options.load_models if name not in names]
+            for name in missing:  # Triton's words; its start then fails (as tritonserver's does by default)
+                log.error("failed to poll model '%s': model not found in any model repository.", name)
+            if missing:
+                raise ServerError("failed to load all models", Status.INTERNAL)
             names = self.options.load_models
         models = await asyncio.gather(*(self.repository.load(name) for name in names))
         failed = [m.name for m in models if not m.is_ready()]
