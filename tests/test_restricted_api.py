@@ -441,10 +441,11 @@ def test_every_kserve_route_has_a_restricted_category() -> None:
     assert unchecked == []
 
 
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+@pytest.fixture(scope="module", params=[0, 2], ids=["in-process", "frontend-processes"])
+def guarded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Every category restricted on HTTP (the SageMaker and Vertex AI listeners too) and gRPC; ``ident`` loaded,
-    ``other`` in the repository but not loaded (explicit model control)."""
+    ``other`` in the repository but not loaded (explicit model control); front-ends in the test process or in
+    two front-end processes."""
     repo = tmp_path_factory.mktemp("guarded")
     for name in ("ident", "other"):
         (repo / name / "1").mkdir(parents=True)
@@ -453,7 +454,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
     running = RunningServer(ServerOptions(
         model_repositories=[str(repo)], http_port=free_port(), grpc_port=free_port(), http_address="127.0.0.1",
         grpc_address="127.0.0.1", allow_metrics=False, model_control_mode="explicit", load_models=["ident"],
-        extra_plugins=[("toy", ToyBackendsPlugin())],
+        extra_plugins=[("toy", ToyBackendsPlugin())], frontend_processes=request.param,
         http_restricted_api=parse_restrictions("--http-restricted-api", every, kind="api"),
         grpc_restricted_protocol=parse_restrictions("--grpc-restricted-protocol", every, kind="protocol",
                                                     header_prefix=GRPC_HEADER_PREFIX),
