@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import queue
 import socket
+import ssl
 import struct
 
 import grpc
@@ -25,6 +26,7 @@ from triton_serve._engine.frontend.restricted import GRPC_HEADER_PREFIX, parse_r
 from triton_serve.testing import probe_config
 
 from .conftest import ADD_SUB, REPEAT
+from .test_grpc_transport import certificates  # noqa: F401  # the fixture
 
 IDENTITY = """
 backend: "toy_identity"
@@ -215,9 +217,25 @@ def test_bad_bytes_end_only_their_connection(server) -> None:  # type: ignore[no
         assert client.is_server_ready()
 
 
-def test_tls_is_refused_with_a_clear_error(models, toy_server) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(Exception, match="--grpc-transport=native does not support TLS"):
-        toy_server(grpc_options=_native(use_ssl=True))
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+def test_tls_on_either_transport(models, toy_server, certificates, transport) -> None:  # type: ignore[no-untyped-def]
+    """TLS is served by the native transport (ALPN h2) as by grpcio, which stays selectable."""
+    server = toy_server(grpc_options=GrpcOptions(transport=transport, use_ssl=True,
+                                                 server_cert=certificates["server_cert"],
+                                                 server_key=certificates["server_key"]))
+    with grpcclient.InferenceServerClient(server.grpc_url, ssl=True, root_certificates=certificates["ca"]) as client:
+        result = client.infer("add_sub", _add_sub_inputs(grpcclient))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], np.arange(16) * 2)
+    context = ssl.create_default_context(cafile=certificates["ca"])
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", server.options.grpc_port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        assert sock.selected_alpn_protocol() == "h2"
+        sock.sendall(h2.PREFACE + h2.frame(h2.SETTINGS, 0, 0))
+        head = sock.recv(9)
+        settings = sock.recv(struct.unpack(">I", b"\x00" + head[:3])[0])
+    ours = struct.pack(">HI", h2.SETTINGS_MAX_CONCURRENT_STREAMS, h2.MAX_CONCURRENT_STREAMS) in settings
+    assert ours == (transport == "native")  # the native transport served it, or grpcio when asked
 
 
 def _raw_call(port: int, path: str, message: bytes, headers: list[tuple[str, str]]) -> tuple[list[tuple[int, int, int, bytes]], bytes]:

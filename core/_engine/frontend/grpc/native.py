@@ -1,9 +1,12 @@
 """The native gRPC transport: gRPC calls over h2.H2Connection, dispatched to the same servicers as grpc.aio.
 
 A call is a Stream: its request messages are cut from DATA as they arrive (5-byte prefix, optional
-gzip/deflate); a unary call runs as one task once the request is complete, a client-streaming call as
-soon as its HEADERS arrive, reading an async iterator fed by DATA. The context offers what our
-servicers and the restriction check use of grpc.aio.ServicerContext.
+gzip/deflate, decompressed no further than the maximum message size); a unary call runs as one task once
+the request is complete, a client-streaming call as soon as its HEADERS arrive, reading an async iterator
+fed by DATA. A client-streaming call's messages wait in wire form until its handler takes them, and the
+client gets flow-control credit back only then; while the call's responses wait for the client to read
+them, the handler gets no further requests. The context offers what our servicers and the restriction
+check use of grpc.aio.ServicerContext.
 """
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ import base64
 import gzip
 import logging
 import socket
+import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -30,7 +35,7 @@ log = logging.getLogger(__name__)
 _HIDDEN = frozenset(("content-type", "te", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout"))
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _ZLIB_LEVELS = {"low": 1, "medium": 6, "high": 9}
-_END_OF_REQUESTS = object()
+_ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class _Method:
@@ -176,22 +181,43 @@ class NativeContext:
 
 
 class _Requests:
-    """The request iterator of a client-streaming call, fed by DATA frames."""
+    """The request iterator of a client-streaming call: messages in wire form, decoded as the handler takes
+    them. The client's credit for them comes back once the handler has taken every complete message; while
+    the call's responses wait for the client to read, the handler gets no further request."""
 
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.messages: deque[tuple[int, bytes]] = deque()
+        self.ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def push(self, flag: int, payload: bytes) -> None:
+        self.messages.append((flag, payload))
+        self.wake()
+
+    def wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        self._waiter = None
 
     def __aiter__(self) -> _Requests:
         return self
 
     async def __anext__(self) -> Any:
-        item = await self.queue.get()
-        if item is _END_OF_REQUESTS:
-            self.queue.put_nowait(item)
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        return item
+        call = self.call
+        await call.drain()
+        while not self.messages or call.ended:
+            if self.ended or call.ended:
+                raise StopAsyncIteration
+            self._waiter = call.connection.loop.create_future()
+            await self._waiter
+        flag, payload = self.messages.popleft()
+        if not self.messages:
+            call.connection.consumed(call, call.recv_held)
+        message = call.decode(flag, payload)
+        if message is None:  # the call has ended with the reason
+            raise asyncio.CancelledError()
+        return message
 
 
 class Call(h2.Stream):
@@ -212,8 +238,8 @@ class Call(h2.Stream):
         self.buffer = bytearray()
         self.encoding = encoding
         self.compress = compress
-        self.requests: _Requests | None = _Requests() if method.client_streaming else None
-        self.request: Any = None
+        self.requests: _Requests | None = _Requests(self) if method.client_streaming else None
+        self.request: tuple[int, bytes] | None = None  # a unary call's message, in wire form
         self.head_sent = False
         self.ended = False
         self.timer = None if timeout is None else connection.loop.call_later(timeout, self._deadline_passed)
@@ -223,7 +249,9 @@ class Call(h2.Stream):
     # ---- receiving ----
 
     def data_received(self, data: bytes, end_stream: bool) -> None:
+        connection = self.connection
         if self.ended:
+            connection.consumed(self, len(data))
             return
         buffer = self.buffer
         buffer += data
@@ -236,44 +264,57 @@ class Call(h2.Stream):
                           f"Received message larger than max ({length} vs. {self.server.max_message_size})")
                 return
             if size - offset - 5 < length:
+                if self.requests is None or not self.requests.messages:  # the handler waits for this message
+                    connection.want(self, 5 + length - (size - offset))
                 break
             payload = bytes(buffer[offset + 5:offset + 5 + length])
             offset += 5 + length
-            if not self._message(flag, payload):
+            if self.requests is not None:
+                self.requests.push(flag, payload)
+            elif self.request is not None:
+                self.fail(grpc.StatusCode.UNIMPLEMENTED, "Too many requests for a unary call")  # grpcio's wording
                 return
+            else:
+                self.request = (flag, payload)
         if offset:
             del buffer[:offset]
+        if self.requests is None or not self.requests.messages:  # the handler waits for these bytes
+            connection.consumed(self, self.recv_held)
 
-    def _message(self, flag: int, payload: bytes) -> bool:
+    def decode(self, flag: int, payload: bytes) -> Any:
+        """The request message from its wire form; None once the call has failed with the reason."""
         if flag:
-            try:
-                if self.encoding == "gzip":
-                    payload = gzip.decompress(payload)
-                elif self.encoding == "deflate":
-                    payload = zlib.decompress(payload)
-                else:
-                    self.fail(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
-                    return False
-            except (OSError, zlib.error, EOFError) as error:
-                self.fail(grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {error}")
-                return False
-            if len(payload) > self.server.max_message_size:
-                self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"Received message larger than max ({len(payload)} vs. {self.server.max_message_size})")
-                return False
+            payload = self._decompress(payload)
+            if self.ended:
+                return None
         try:
-            message = self.method.request_type.FromString(payload)
+            return self.method.request_type.FromString(payload)
         except Exception:
             self.fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
-            return False
-        if self.requests is not None:
-            self.requests.queue.put_nowait(message)
-        elif self.request is not None:
-            self.fail(grpc.StatusCode.UNIMPLEMENTED, "Too many requests for a unary call")  # grpcio's wording
-            return False
-        else:
-            self.request = message
-        return True
+            return None
+
+    def _decompress(self, payload: bytes) -> bytes:
+        """``payload`` inflated, never past the maximum message size: a larger message fails the call
+        after at most that many bytes were allocated."""
+        wbits = _ZLIB_WBITS.get(self.encoding)
+        if wbits is None:
+            self.fail(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
+            return b""
+        limit = self.server.max_message_size
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(payload, limit + 1)
+        except zlib.error as error:
+            self.fail(grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {error}")
+            return b""
+        if len(data) > limit:
+            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"Received message larger than max (over {limit} bytes once decompressed vs. {limit})")
+            return b""
+        if not inflater.eof:
+            self.fail(grpc.StatusCode.INTERNAL, "Failed to decompress the message: incomplete data")
+            return b""
+        return data
 
     def end_received(self) -> None:
         if self.ended:
@@ -282,11 +323,15 @@ class Call(h2.Stream):
             self.fail(grpc.StatusCode.INTERNAL, "Incomplete message at the end of the stream")
             return
         if self.requests is not None:
-            self.requests.queue.put_nowait(_END_OF_REQUESTS)
+            self.requests.ended = True
+            self.requests.wake()
         elif self.request is None:
             self.fail(grpc.StatusCode.INTERNAL, "No request message for a unary call")
         else:
-            self._start(self.request)
+            message = self.decode(*self.request)
+            self.request = None
+            if message is not None:
+                self._start(message)
 
     def reset(self, code: int) -> None:
         """The client cancelled the call (RST_STREAM) or the connection went away."""
@@ -297,6 +342,8 @@ class Call(h2.Stream):
         if not self.ended:
             self.ended = True
             self.context._finish()
+        if self.requests is not None:
+            self.requests.wake()
 
     # ---- running ----
 
@@ -388,6 +435,8 @@ class Call(h2.Stream):
         if self.task is not None and not self.task.done():
             self.task.cancel()
         self.end(code, details)
+        if self.requests is not None:
+            self.requests.wake()
 
     def _deadline_passed(self) -> None:
         self.timer = None
@@ -405,7 +454,8 @@ class NativeServer:
 
     def __init__(self, methods: dict[str, _Method], max_message_size: int, compression_level: str,
                  interceptors: Sequence[Any], keepalive_time_ms: int, keepalive_timeout_ms: int,
-                 max_connection_age_ms: int | None, max_connection_age_grace_ms: int | None) -> None:
+                 max_connection_age_ms: int | None, max_connection_age_grace_ms: int | None,
+                 ping_policy: h2.PingPolicy = h2.PingPolicy()) -> None:
         self.methods = methods
         self.max_message_size = max_message_size
         self.compress_level = _ZLIB_LEVELS.get(compression_level, 0)
@@ -416,13 +466,14 @@ class NativeServer:
         self.keepalive_timeout = keepalive_timeout_ms / 1000
         self.max_age = None if max_connection_age_ms is None else max_connection_age_ms / 1000
         self.max_age_grace = None if max_connection_age_grace_ms is None else max_connection_age_grace_ms / 1000
+        self.ping_policy = ping_policy
         self.connections: set[h2.H2Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.AbstractServer | None = None
 
     def protocol(self) -> h2.H2Connection:
         connection = h2.H2Connection(self.open_stream, self.connections.discard, self.keepalive_time,
-                                     self.keepalive_timeout)
+                                     self.keepalive_timeout, self.ping_policy)
         self.connections.add(connection)
         if self.max_age is not None:
             loop = connection.loop
@@ -436,10 +487,11 @@ class NativeServer:
         if self.max_age_grace is not None:
             connection.loop.call_later(self.max_age_grace, connection.abort)
 
-    async def start(self, host: str, port: int, reuse_port: bool) -> None:
+    async def start(self, host: str, port: int, reuse_port: bool, tls: ssl.SSLContext | None = None) -> None:
+        """Listen; with ``tls``, every connection is TLS (its context should offer ALPN "h2")."""
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(self.protocol, host=host, port=port, reuse_port=reuse_port or None,
-                                               family=socket.AF_UNSPEC, backlog=1024)
+                                               family=socket.AF_UNSPEC, backlog=1024, ssl=tls)
 
     async def stop(self, grace: float) -> None:
         if self.server is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from ..header_forwarding import HeaderForwarder
 from ...protos.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 from ...protos.health_pb2_grpc import add_HealthServicer_to_server
 from .health import HealthCheckServicer
+from .h2 import PingPolicy
 from .native import NativeServer, default_services, method_table
 from .service import InferenceServicer
 
@@ -47,8 +49,7 @@ class GrpcOptions:
     max_connection_age: int | None = None
     max_connection_age_grace: int | None = None
     max_message_size: int = MAX_MESSAGE_SIZE  # not a Triton flag: lets tests exercise the limit
-    # --grpc-transport: native (native.py over h2.py) or grpcio (grpc.aio); "" picks native, or grpcio where TLS is
-    # asked for (the native transport has no TLS yet)
+    # --grpc-transport: native (native.py over h2.py) or grpcio (grpc.aio); "" picks native
     transport: str = ""
 
 
@@ -79,6 +80,28 @@ def _read_pem(path: str, flag: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as error:
         raise ServerError(f"failed to read {flag} file '{path}': {error.strerror}") from None
+
+
+def tls_context(options: GrpcOptions) -> ssl.SSLContext | None:
+    """The native transport's TLS, from the same flags and files as ``server_credentials``: ALPN "h2",
+    client certificates required and checked against the root certificate in mutual mode; None without SSL."""
+    if not (options.use_ssl or options.use_ssl_mutual):
+        return None
+    _read_pem(options.server_key, "--grpc-server-key")
+    _read_pem(options.server_cert, "--grpc-server-cert")
+    root = _read_pem(options.root_cert, "--grpc-root-cert") if options.use_ssl_mutual or options.root_cert else None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["h2"])
+    try:
+        context.load_cert_chain(options.server_cert, options.server_key)
+        if root is not None:
+            context.load_verify_locations(cadata=root.decode())
+    except (ssl.SSLError, ValueError) as error:
+        raise ServerError(f"failed to load the gRPC TLS certificates: {error}") from None
+    if options.use_ssl_mutual:
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def server_credentials(options: GrpcOptions) -> grpc.ServerCredentials | None:
@@ -113,9 +136,8 @@ class GrpcFrontend:
 
     @property
     def transport(self) -> str:
-        """The transport that serves: the one asked for, else native without TLS and grpcio with it."""
-        options = self.options
-        return options.transport or ("grpcio" if options.use_ssl or options.use_ssl_mutual else "native")
+        """The transport that serves: the one asked for, else native."""
+        return self.options.transport or "native"
 
     async def start(self) -> None:
         if self.transport == "native":
@@ -144,21 +166,21 @@ class GrpcFrontend:
 
     async def _start_native(self) -> None:
         options = self.options
-        if options.use_ssl or options.use_ssl_mutual:
-            raise ServerError("--grpc-transport=native does not support TLS yet: drop --grpc-use-ssl and "
-                              "--grpc-use-ssl-mutual, or use --grpc-transport=grpcio (the default with TLS)")
+        tls = tls_context(options)
         methods = method_table(default_services(InferenceServicer(self.dataplane, self.header_forwarder),
                                                 HealthCheckServicer(self.dataplane)))
         server = NativeServer(methods, options.max_message_size, options.infer_response_compression_level,
                               self.interceptors, options.keepalive_time, options.keepalive_timeout,
-                              options.max_connection_age, options.max_connection_age_grace)
+                              options.max_connection_age, options.max_connection_age_grace,
+                              PingPolicy(options.http2_min_recv_ping_interval_without_data / 1000,
+                                         options.http2_max_ping_strikes, options.keepalive_permit_without_calls))
         try:
-            await server.start(self.address, self.port, self.reuse_port)
+            await server.start(self.address, self.port, self.reuse_port, tls)
         except OSError:
             raise unavailable(f"failed to start the gRPC front-end: cannot bind {self.target} "
                               "(address in use or not available)") from None
         self._native = server
-        log.info("serving gRPC (native transport) on %s", self.target)
+        log.info("serving gRPC (native transport%s) on %s", ", TLS" if tls is not None else "", self.target)
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop accepting calls; in-flight calls get ``grace`` seconds to finish before they are cancelled."""
