@@ -1,11 +1,17 @@
 """Triton's dynamic batcher: combines queued requests into batches for idle instances.
 
-One worker per instance waits for its instance, then forms the next batch by Triton's rule
-(``forming.plan_batch``): queue order is priority level, then arrival; a batch that reaches a
-preferred size goes at once, as does the largest preferred (or fitting) prefix once the queue
-holds more than the largest preferred size; a smaller batch waits up to
+One worker per instance claims an instance that runs no batch of this batcher, then forms the next
+batch by Triton's rule (``forming.plan_batch``): queue order is priority level, then arrival; a batch
+that reaches a preferred size goes at once, as does the largest preferred (or fitting) prefix once the
+queue holds more than the largest preferred size; a smaller batch waits up to
 ``max_queue_delay_microseconds`` for more requests. A waiting worker sleeps on one future, which
 ``enqueue`` resolves or a timer handle resolves at the delay's end.
+
+As in Triton's ``DynamicBatchScheduler``, requests leave the queue only for an instance that can start
+them: while an instance runs a batch, everything that arrives waits in the queue and goes in its next
+batch together (Triton gathers it into the payload the instance takes next), and counts toward
+``max_queue_size`` until then. An instance that could take more batches at once
+(``ModelInstance.max_batches_in_flight``) still gets one at a time from this scheduler.
 
 Queue timeouts (``queues.PriorityQueue``) are applied when a batch is formed and, so that a request
 waits no longer than its timeout while every instance is busy, by one timer armed for the earliest
@@ -46,6 +52,8 @@ class DynamicBatcher(Scheduler):
         self._expiry: asyncio.TimerHandle | None = None  # fires at _expiry_ns, the earliest queue deadline
         self._expiry_ns = NO_DEADLINE
         self._forming = asyncio.Lock()
+        self._free: list[ModelInstance] = list(self.pool.instances)  # instances running no batch of ours
+        self._released: asyncio.Future[None] | None = None  # resolved when an instance is freed
         self._workers: list[asyncio.Task[None]] = []
         self._executing = 0
         self._idle = asyncio.Event()
@@ -65,10 +73,7 @@ class DynamicBatcher(Scheduler):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        # At most two batches per instance on their way (one running, the next waiting in the instance): a worker
-        # forms its batch as soon as it has a slot, so more would split the queue into smaller batches.
-        workers = min(self.pool.capacity, 2 * len(self.pool.instances))
-        self._workers = [loop.create_task(self._work()) for _ in range(workers)]
+        self._workers = [loop.create_task(self._work()) for _ in self.pool.instances]
 
     async def stop(self) -> None:
         self._stopping = True
@@ -83,9 +88,10 @@ class DynamicBatcher(Scheduler):
     # ---- workers -------------------------------------------------------------------------------
 
     async def _work(self) -> None:
-        """One per instance: wait for an idle instance, form a batch for it, run it."""
+        """One per instance: claim an instance with no batch running, form a batch for it, run it."""
         while True:
-            async with self.pool.acquire() as instance:
+            instance = await self._claim()
+            try:
                 async with self._forming:
                     batch = await self._next_batch()
                 self._executing += 1
@@ -94,6 +100,26 @@ class DynamicBatcher(Scheduler):
                 finally:
                     self._executing -= 1
                     self._check_idle()
+            finally:
+                self._free.append(instance)
+                if self._released is not None:
+                    _resolve(self._released)
+                    self._released = None
+
+    async def _claim(self) -> ModelInstance:
+        """A free instance: a ready one while any instance is ready (a restarting one gets no work), else any,
+        so that requests fail fast with the reason. With one worker per instance, one is free unless only
+        instances that are not ready are."""
+        while True:
+            for instance in self._free:
+                if instance.is_ready():
+                    self._free.remove(instance)
+                    return instance
+            if self._free and not any(instance.is_ready() for instance in self.pool.instances):
+                return self._free.pop(0)
+            if self._released is None:
+                self._released = asyncio.get_running_loop().create_future()
+            await self._released
 
     async def _execute(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
         try:

@@ -2,11 +2,13 @@
 as one request with stacked inputs whose output rows go back to the right clients."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpc
@@ -115,3 +117,127 @@ def test_an_error_response_to_a_stacked_request_fails_every_request(batching_ser
     with http.InferenceServerClient(server.http_url) as client:  # and the model keeps serving
         np.testing.assert_array_equal(_infer("http", server, _rows(3, 2), None)["Y"], _rows(3, 2) * 2)
         assert client.is_model_ready("reporter")
+
+
+# ---- scheduling as Triton's DynamicBatchScheduler does it (qa/L0_batcher) ----------------------------------
+
+# Execution n writes started_<n> (its request count) into the model's folder, then waits until the test writes
+# go_<n>: the test decides when each batch ends, so which requests share a batch does not depend on timing.
+GATED = """
+    import time
+    from pathlib import Path
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            self.folder = Path(args["model_repository"])
+            self.executions = 0
+
+        def execute(self, requests):
+            self.executions += 1
+            (self.folder / f"started_{self.executions}").write_text(str(len(requests)))
+            deadline = time.monotonic() + 60
+            while not (self.folder / f"go_{self.executions}").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return [pb_utils.InferenceResponse([
+                pb_utils.Tensor("EXECUTION", np.array([[self.executions]], np.int32)),
+                pb_utils.Tensor("BATCH", np.array([[len(requests)]], np.int32))]) for _ in requests]
+"""
+GATED_IO = """
+    input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
+    output [ { name: "EXECUTION", data_type: TYPE_INT32, dims: [ 1 ] },
+             { name: "BATCH", data_type: TYPE_INT32, dims: [ 1 ] } ]
+"""
+
+
+class _Gated:
+    """The gated model on its server: requests sent on threads, its executions started and let go."""
+
+    def __init__(self, server: RunningServer, folder: Path, kit: Any) -> None:
+        self.server, self.folder, self.kit = server, folder, kit
+        self.threads = ThreadPoolExecutor(32)
+
+    def send(self, count: int) -> list[Any]:
+        return [self.threads.submit(self._one) for _ in range(count)]
+
+    def _one(self) -> tuple[int, int]:
+        with http.InferenceServerClient(self.server.http_url, network_timeout=90) as client:
+            tensor = http.InferInput("X", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.zeros((1, 1), np.float32))
+            result = client.infer("gated", [tensor])
+            return int(result.as_numpy("EXECUTION")[0, 0]), int(result.as_numpy("BATCH")[0, 0])
+
+    def started(self, execution: int) -> int:
+        """Wait until execution ``execution`` runs; its request count."""
+        marker = self.folder / f"started_{execution}"
+        self.kit.wait_until(marker.exists, f"execution {execution} to start")
+        return int(marker.read_text())
+
+    def let_go(self, execution: int) -> None:
+        (self.folder / f"go_{execution}").write_text("")
+
+    def wait_pending(self, count: int) -> None:
+        """Wait until ``count`` requests wait in the queue (nv_inference_pending_request_count)."""
+        pattern = re.compile(r'^nv_inference_pending_request_count\{model="gated",version="1"\} (\d+)', re.M)
+
+        def pending() -> int:
+            found = pattern.search(httpx.get(self.server.metrics_url, timeout=10).text)
+            return int(found[1]) if found else -1
+        self.kit.wait_until(lambda: pending() == count, f"{count} queued requests (the queue holds {pending()})",
+                            deadline_s=20)
+
+
+@pytest.fixture
+def gated(kit: Any, tmp_path: Path, python_server: Any) -> Iterator[Callable[[str], _Gated]]:
+    made: list[_Gated] = []
+
+    def start(config: str) -> _Gated:
+        folder = kit.write_model(tmp_path, "gated", GATED, config + GATED_IO)
+        made.append(_Gated(python_server(tmp_path), folder, kit))
+        return made[0]
+    yield start
+    for model in made:
+        for execution in range(1, 5):  # nothing stays blocked, whatever the test reached
+            model.let_go(execution)
+        model.threads.shutdown()
+
+
+def test_requests_that_arrive_while_a_batch_runs_form_the_next_batch_together(gated: Any) -> None:
+    """Triton: 12 concurrent requests, a slow execute, the default delay of 0: two executions, the first request
+    alone, then the 11 that arrived while it ran (ours ran a third: one request left the queue at once)."""
+    model = gated("max_batch_size: 16\ndynamic_batching { }\n")
+    first = model.send(1)
+    assert model.started(1) == 1
+    rest = model.send(11)
+    model.wait_pending(11)  # every one waits in the queue while the first batch runs
+    model.let_go(1)
+    assert model.started(2) == 11
+    model.let_go(2)
+    assert [future.result(timeout=60) for future in first] == [(1, 1)]
+    assert sorted(future.result(timeout=60) for future in rest) == [(2, 11)] * 11
+
+
+def test_a_full_queue_counts_the_requests_waiting_while_a_batch_runs(gated: Any) -> None:
+    """Triton: with max_queue_size 8, while a batch of 8 runs, 8 of 10 more requests wait and 2 are refused."""
+    model = gated("max_batch_size: 8\ndynamic_batching { default_queue_policy { max_queue_size: 8 } }\n")
+    blocker = model.send(1)
+    assert model.started(1) == 1
+    eight = model.send(8)
+    model.wait_pending(8)
+    model.let_go(1)
+    assert model.started(2) == 8  # a batch of 8 runs; the queue is empty
+    ten = model.send(10)
+    model.kit.wait_until(lambda: sum(future.done() for future in ten) == 2, "two requests to be refused",
+                         deadline_s=20)
+    model.wait_pending(8)
+    refused = [future.exception(timeout=0) for future in ten if future.done()]
+    assert all(isinstance(error, InferenceServerException) and error.status() == "503"
+               and error.message() == "[request id: <id_unknown>] Exceeds maximum queue size" for error in refused)
+    model.let_go(2)
+    assert model.started(3) == 8
+    model.let_go(3)
+    assert [future.result(timeout=60) for future in blocker] == [(1, 1)]
+    assert [future.result(timeout=60) for future in eight] == [(2, 8)] * 8
+    assert sorted(future.result(timeout=60) for future in ten if future.exception(timeout=60) is None) == [(3, 8)] * 8
