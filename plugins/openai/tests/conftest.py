@@ -123,6 +123,7 @@ def _write_tokenizer(directory: Path) -> None:
     tokenizer = Tokenizer(models.WordLevel({word: index for index, word in enumerate(VOCABULARY)}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer.add_special_tokens(["<s>", "</s>", "<|user|>", "<|assistant|>"])  # found inside words too
     tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "config.json").write_text(json.dumps({"max_position_embeddings": 300}))
     (directory / "tokenizer_config.json").write_text(json.dumps(

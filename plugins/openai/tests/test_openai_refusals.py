@@ -3,6 +3,7 @@ many generations in one request, and vLLM's own sampling parameters on an engine
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -77,3 +78,24 @@ def test_vllm_sampling_parameters_are_refused_by_name_elsewhere(base_url: str, f
                                            ({"ignore_eos": "yes"}, "ignore_eos"), ({"min_tokens": -1}, "min_tokens")])
 def test_vllm_sampling_parameters_are_checked(base_url: str, fields: dict[str, Any], param: str) -> None:
     assert _refusal(base_url, "completions", {"model": "llm_vllm", "prompt": "a", **fields})["param"] == param
+
+
+@pytest.mark.parametrize("path", ["completions", "chat/completions"])
+def test_a_huge_prompt_is_refused_on_its_length_while_health_checks_answer(base_url: str, path: str) -> None:
+    words = "hello " * 900_000  # 5.4 MB: far past the tokenizer's context of 300 tokens
+    body: dict[str, Any] = {"model": "llm_vllm"}
+    body.update({"prompt": words} if path == "completions" else {"messages": [{"role": "user", "content": words}]})
+    root = base_url.removesuffix("/v1")
+    with httpx.Client(timeout=60) as big, httpx.Client(timeout=30) as health:
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(big.post, f"{base_url}/{path}", json=body)
+            statuses = []
+            while not answer.done():
+                statuses.append(health.get(f"{root}/v2/health/ready").status_code)
+            refused = answer.result()
+    assert set(statuses) <= {200}
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == ("prompt" if path == "completions"
+                                                                              else "messages")
+    assert error["message"].startswith("This model's maximum context length is 300 tokens.")

@@ -241,6 +241,7 @@ class OpenAIApp:
                                       "constrained decoding ('guided_decoding_guide_type' input)", 400,
                                       param="tool_choice")
                 sampling = Sampling(**{**sampling.__dict__, "response_format": tools.guided_schema()})
+        await tokenization.check_context(generation.model, contract.config, prompts, "messages" if chat else "prompt")
         prefix = "chatcmpl" if chat else "cmpl"
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         choices = self._start(contract, prompts, sampling, generation.n, request_id)
