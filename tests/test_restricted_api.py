@@ -332,6 +332,7 @@ def test_forward_pattern_follows_re2(pattern: str, name: str, forwarded: bool) -
     ("/v2/models/stats", "statistics"), ("/v2/models/m/versions/1/stats", "statistics"),
     ("/v2/trace/setting", "trace"), ("/v2/models/m/trace/setting", "trace"), ("/v2/logging", "logging"),
     ("/v2/models/stats/ready", "health"), ("/v2/models/m/versions/1/trace/setting", None), ("/metrics", None),
+    ("/v1/models/m/load", "model-repository"), ("/v1/models/m/unload", "model-repository"), ("/v1/models/m", None),
     ("/v2/health", None), ("/v2/models/m/versions/x", None),
 ])
 def test_http_paths_map_to_tritons_categories(path: str, category: str | None) -> None:
@@ -524,6 +525,20 @@ def test_platform_routes_serve_with_the_header_and_redirects_never_change_state(
         assert answer.status_code == 200 and answer.json()["outputs"][0]["data"] == [2.5]
         assert sagemaker.get("/models", headers=ADMIN).json() == {"models": []}
     assert _model_states(guarded) == {"ident": "READY", "other": ""}
+
+
+def test_openai_model_control_on_the_http_port_needs_the_header(guarded: RunningServer) -> None:
+    """The OpenAI plugin's POST /v1/models/{m}/load and /unload on the HTTP port are model-repository routes."""
+    pytest.importorskip("triton_serve_openai")
+    with httpx.Client(base_url=f"http://{guarded.http_url}", timeout=60) as http:
+        for path in ("/v1/models/other/load", "/v1/models/ident/unload"):
+            answer = http.post(path)
+            assert (answer.status_code, answer.json()) == (403, REFUSED), path
+        assert _model_states(guarded) == {"ident": "READY", "other": ""}
+        assert http.post("/v1/models/other/load", headers=ADMIN).status_code == 200
+        assert _model_states(guarded)["other"] == "READY"
+        assert http.post("/v1/models/other/unload", headers=ADMIN).status_code == 200
+    assert _model_states(guarded)["other"] == "UNAVAILABLE"
 
 
 def test_grpc_model_control_needs_the_metadata(guarded: RunningServer) -> None:

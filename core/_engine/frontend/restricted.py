@@ -70,6 +70,9 @@ _HTTP_ROUTES = (
     (r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(?:status|register|unregister)", "shared-memory"),
     (r"/v2/repository(?:/[^/]+)?/(?:index|models/[^/]+/(?:load|unload))", "model-repository"),
     (r"/v2/trace/setting", "trace"),
+    # The OpenAI plugin's model control on the HTTP port (Triton serves it on its OpenAI port alone, behind
+    # --openai-restricted-api, which applies here too): a model loaded there is loaded for every protocol.
+    (r"/v1/models/[^/]+/(?:load|unload)", "model-repository"),
 )
 _HTTP_PATHS = re.compile("|".join(f"({path})" for path, _category in _HTTP_ROUTES))
 
