@@ -39,7 +39,8 @@ from ._engine.inference import InferenceRequest, InferenceResponse, Tensor
 from ._engine.pluginhost import ENTRY_POINT_GROUP, PLUGINS_ENV, PluginHost
 from ._engine.protos.model_config_pb2 import ModelConfig
 from ._engine.registry import BackendRegistry
-from ._engine.server import EXAMPLE_REPOSITORY, Server, ServerOptions
+from ._engine.examples import EXAMPLE_REPOSITORY
+from ._engine.server import Server, ServerOptions
 
 _PORTS_GIVEN: set[int] = set()
 

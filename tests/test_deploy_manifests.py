@@ -24,7 +24,8 @@ import yaml
 
 import triton_serve
 from triton_serve._engine.cli import build_parser, options_from_args
-from triton_serve._engine.server import EXAMPLE_REPOSITORY, ServerOptions
+from triton_serve._engine.examples import EXAMPLE_REPOSITORY
+from triton_serve._engine.server import ServerOptions
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 

@@ -1,6 +1,8 @@
 """Plugin discovery, ordering, blocking, validation and the missing-plugin message."""
 from __future__ import annotations
 
+import logging
+
 import sys
 from pathlib import Path
 
@@ -185,6 +187,38 @@ def test_plugins_command_lists_plugins(fake_distribution: str, capsys: pytest.Ca
     assert "backend fake_backend: available (from plugin 'fake')" in out
     assert main(["plugins", "--plugin", "no:fake"]) == 0
     assert "fake-plugin" not in capsys.readouterr().out
+
+
+def _install(site: Path, dist: str, version: str, entry_points: str = "", modules: dict[str, str] | None = None,
+             summary: str = "") -> None:
+    for module, text in (modules or {}).items():
+        (site / f"{module}.py").write_text(text)
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\nSummary: {summary}\n")
+    if entry_points:
+        (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_a_plugin_whose_module_fails_to_import_is_left_out_and_listed(
+        fake_distribution: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    site = tmp_path / "site"  # beside the working 'fake' plugin
+    _install(site, "broken-plugin", "0.3", "[triton_serve]\nbroken = broken_tserve_plugin\n",
+             {"broken_tserve_plugin": "import a_module_that_is_not_installed\n"})
+    _install(site, "triton-serve-deployer", "0.2", summary="Deploys models somewhere else")
+    with caplog.at_level(logging.ERROR, logger="triton_serve"):
+        host = PluginHost()
+    assert host.backends.owner("fake_backend") == "fake"  # the other plugins serve
+    assert host.broken == {"broken": "ModuleNotFoundError: No module named 'a_module_that_is_not_installed'"}
+    assert ["plugin 'broken' is left out: its module failed to import (ModuleNotFoundError: No module named "
+            "'a_module_that_is_not_installed')"] == [record.getMessage() for record in caplog.records]
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert ("broken  (broken-plugin 0.3)\n    failed to import: ModuleNotFoundError: No module named "
+            "'a_module_that_is_not_installed'\n") in out
+    assert "deployer  (triton-serve-deployer 0.2)\n    no hooks: Deploys models somewhere else\n" in out
+    sys.modules.pop("broken_tserve_plugin", None)
 
 
 def test_hookspec_module_documents_every_hook() -> None:

@@ -164,9 +164,13 @@ def test_the_core_alone_serves_the_example_repository_whose_models_name_their_pl
     assert_imported_from_the_environment(core.env, tmp_path, "triton_serve")
     with serving(core.env, tmp_path) as (client, _):  # no --model-repository: the packaged example repository
         index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+        assert client.is_server_ready()  # what it cannot serve is left out, not failed
     assert set(index) == {path.name for path in EXAMPLE_REPOSITORY.iterdir()}
-    assert index["add_sub"]["state"] == "UNAVAILABLE"
-    assert "pip install triton-serve-python" in index["add_sub"]["reason"]
+    assert not any(entry.get("state") == "READY" for entry in index.values())
+    log = "".join(path.read_text() for path in tmp_path.glob("server-*.log"))
+    assert ("example model 'add_sub' is left out: no installed plugin provides backend 'python'; install it with "
+            "'pip install triton-serve-python'") in log
+    assert "example model 'ensemble_add_sub' is left out" in log
 
 
 def test_python_serves_the_example_repository(environments: dict[str, Prepared | Exception], tmp_path: Path) -> None:
@@ -174,6 +178,7 @@ def test_python_serves_the_example_repository(environments: dict[str, Prepared |
     assert_imported_from_the_environment(python.env, tmp_path, "triton_serve_python", "triton_python_backend_utils")
     a, b = np.arange(16, dtype=np.int32).reshape(1, 16), np.full((1, 16), 3, dtype=np.int32)
     with serving(python.env, tmp_path) as (client, grpc_url):
+        assert client.is_server_ready()  # the example models that need other plugins (chat, the ensemble) left out
         np.testing.assert_array_equal(infer(client, "add_sub", {"INPUT0": a, "INPUT1": b}, "OUTPUT0"), a + b)
         grpc = grpcclient.InferenceServerClient(grpc_url)
         inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]

@@ -420,7 +420,7 @@ def list_plugins(argv: list[str]) -> int:
     for info in host.describe():
         version = f" {info.version}" if info.version else ""
         print(f"{info.name}  ({info.distribution}{version})")
-        print(f"    hooks: {', '.join(info.hooks) or '-'}")
+        print(f"    {info.note}" if info.note else f"    hooks: {', '.join(info.hooks) or '-'}")
     for name in host.backends.names():
         reason = host.backends.instance(name).unavailable_reason()
         state = f"unavailable: {reason}" if reason else "available"
@@ -455,8 +455,6 @@ async def _run(options: ServerOptions) -> None:
     log = logging.getLogger("triton_serve")
     if options.allow_http:
         log.info("serving HTTP on %s:%d", options.http_address, options.http_port)
-    if options.allow_grpc:
-        log.info("serving gRPC on %s:%d", options.grpc_address, options.grpc_port)
     await server.wait_stopped()
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from .frontend.http_apps import HttpAppRegistry
 from .registry import (BackendRegistry, CacheRegistry, CommandRegistry, Registry, RepositoryAgentRegistry,
                        SchedulerRegistry)
 from .sources import RepositorySource
+
+log = logging.getLogger("triton_serve")
 
 ENTRY_POINT_GROUP = "triton_serve"
 DISABLE_AUTOLOAD_ENV = "TRITON_SERVE_DISABLE_PLUGIN_AUTOLOAD"
@@ -39,6 +42,9 @@ class PluginInfo:
     distribution: str
     version: str
     hooks: list[str]
+    # Why it is not registered: its module failed to import, or its package has no entry point (it is used
+    # another way, e.g. triton-serve-ray's own deployment command); empty for a registered plugin.
+    note: str = ""
 
 
 class PluginHost:
@@ -55,6 +61,7 @@ class PluginHost:
         for name in blocked:
             self.pm.set_blocked(name)
         self._builtin_names = {name for name, _ in DEFAULT_PLUGINS}
+        self.broken: dict[str, str] = {}  # entry point name -> why its module did not import
         for name, module in DEFAULT_PLUGINS:
             if not self.pm.is_blocked(name):
                 self.pm.register(importlib.import_module(module), name=name)
@@ -86,18 +93,22 @@ class PluginHost:
         return self._commands
 
     def _load_entry_points(self) -> None:
+        """Register each installed entry point; one whose module fails to import is logged and left out (in
+        ``broken``), so the models of the other plugins still serve."""
         if os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip() not in ("", "0", "false"):
             return
         wanted = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
-        if not wanted:
-            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-            return
-        available = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        available = sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
         for name in wanted:
             if name not in available:
                 raise ServerError(f"{PLUGINS_ENV} names plugin '{name}', but no installed package provides it "
-                                  f"(installed: {', '.join(sorted(available)) or 'none'})", Status.NOT_FOUND)
-            self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+                                  f"(installed: {', '.join(available) or 'none'})", Status.NOT_FOUND)
+        for name in wanted or available:
+            try:
+                self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+            except Exception as error:  # an installed plugin's own bug or missing dependency
+                self.broken[name] = f"{type(error).__name__}: {error}"
+                log.error("plugin '%s' is left out: its module failed to import (%s)", name, self.broken[name])
 
     def _register_extra(self, name: str, plugin: Any) -> None:
         """Register a plugin object given in code; one whose name or object is registered already (an
@@ -153,5 +164,15 @@ class PluginHost:
                 dist_name, version = "(registered directly)", ""
             hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
             infos.append(PluginInfo(name, dist_name, version, hooks))
+        for dist in importlib.metadata.distributions():
+            dist_name = dist.metadata["name"] or ""
+            points = [ep.name for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+            for name in points:
+                if name in self.broken:
+                    infos.append(PluginInfo(name, dist_name, dist.version, [],
+                                            f"failed to import: {self.broken[name]}"))
+            if dist_name.startswith("triton-serve-") and not points:
+                infos.append(PluginInfo(dist_name.removeprefix("triton-serve-"), dist_name, dist.version, [],
+                                        f"no hooks: {dist.metadata['summary'] or 'used through its own API'}"))
         return infos
 

@@ -44,7 +44,9 @@ SCHEDULING_KINDS = ("default", "dynamic_batching", "sequence_batching", "ensembl
 
 def install_hint(name: str) -> str:
     package = KNOWN_PACKAGES.get(name)
-    return f"install it with 'pip install {package}'" if package else "install a plugin that provides it"
+    if not package:
+        return "install a plugin that provides it"
+    return f"install it with 'pip install {package}' (wheels built as docs/installing.md shows)"
 
 
 class Registry(Generic[T]):

@@ -11,6 +11,7 @@ from typing import Any
 from .caching import ResponseCache
 from .dataplane import DataPlane
 from .errors import ServerError, Status
+from .examples import EXAMPLE_REPOSITORY, servable_examples
 from .frontend_pool import FrontendPool
 from .frontend.frontends import FrontendOptions, Frontends
 from .frontend.grpc.server import GrpcOptions
@@ -38,7 +39,6 @@ CORE_EXTENSIONS = ["classification", "model_repository", "model_repository(unloa
 # Extensions that exist once a plugin registers the scheduler behind them.
 SCHEDULER_EXTENSIONS = {"dynamic_batching": "schedule_policy", "sequence_batching": "sequence"}
 # The example repository ships inside the package, so that `triton-serve` alone serves it from any install.
-EXAMPLE_REPOSITORY = Path(__file__).resolve().parents[1] / "example_repository"
 
 
 @dataclass
@@ -205,6 +205,8 @@ class Server:
         if mode not in ("none", "poll", "explicit"):
             raise ServerError(f"--model-control-mode={mode} is not supported; use none, explicit or poll")
         names = await self.repository.model_names()  # in every mode: a repository that cannot be listed stops start-up
+        if not self.options.model_repositories and mode == "none":
+            names = servable_examples(self.plugins, names, self.options.model_config_name)
         if mode == "explicit" and "*" not in self.options.load_models:
             missing = [name for name in self.options.load_models if name not in names]
             for name in missing:  # Triton's words; its start then fails (as tritonserver's does by default)
