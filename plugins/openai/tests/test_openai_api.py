@@ -187,6 +187,13 @@ def test_model_errors(client: openai.OpenAI, model: str) -> None:
     assert client.completions.create(model=model, prompt="still serving").choices[0].text == "serving still "
 
 
+def _await_cancellation(marker: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.05)
+
+
 def test_a_client_that_leaves_mid_stream_cancels_the_request(server: RunningServer, base_url: str) -> None:
     marker = Path(server.options.model_repositories[0]) / "llm_vllm" / "cancelled"
     marker.unlink(missing_ok=True)
@@ -197,7 +204,32 @@ def test_a_client_that_leaves_mid_stream_cancels_the_request(server: RunningServ
         for line in answer.iter_lines():
             if line.startswith("data: "):
                 break  # one token seen: leave
-    deadline = time.monotonic() + 20
-    while not marker.exists():
-        assert time.monotonic() < deadline, "the model never saw the cancellation"
-        time.sleep(0.05)
+    _await_cancellation(marker)
+
+
+@pytest.mark.parametrize("path", ["completions", "chat/completions"])
+def test_a_client_that_leaves_before_the_answer_cancels_every_choice(server: RunningServer, base_url: str,
+                                                                     path: str) -> None:
+    marker = Path(server.options.model_repositories[0]) / "llm_vllm" / "cancelled"
+    marker.unlink(missing_ok=True)
+    prompt = " ".join(["slow"] + [f"w{i}" for i in range(200)])  # 200 tokens 50 ms apart: 10 s unless cancelled
+    body: dict[str, object] = {"model": "llm_vllm", "max_tokens": 200, "n": 2}
+    body.update({"prompt": prompt} if path == "completions" else {"messages": [{"role": "user", "content": prompt}]})
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up (and closes the connection) before the answer
+        httpx.post(f"{base_url}/{path}", json=body, timeout=httpx.Timeout(30, read=0.5))
+    _await_cancellation(marker)
+
+
+def test_n_choices_streamed_with_usage(client: openai.OpenAI, model: str) -> None:
+    chunks = list(client.completions.create(model=model, prompt=["a b", "c d e"], n=2, stream=True,
+                                            stream_options={"include_usage": True}))
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    for chunk in chunks[:-1]:
+        [choice] = chunk.choices
+        texts[choice.index] = texts.get(choice.index, "") + choice.text
+        if choice.finish_reason:
+            finishes[choice.index] = choice.finish_reason
+    assert texts == {0: "b a ", 1: "b a ", 2: "e d c ", 3: "e d c "} and finishes == dict.fromkeys(range(4), "stop")
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None  # the usage chunk ends the stream
+    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (5, 10)
