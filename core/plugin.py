@@ -27,7 +27,7 @@ from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, 
 from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
 from ._engine.frontend.openai_listener import OpenAIOptions
-from ._engine.seam import DataPlaneAPI, infer_one
+from ._engine.seam import REMOTE_CALLS, DataPlaneAPI, ForwardingDataPlane, call_by_name, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
 from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
@@ -63,4 +63,6 @@ __all__ = [
     "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
     # embedding the server in another host (triton-serve-ray)
     "Server", "ServerOptions", "OpenAIOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
+    # forwarding the data-plane seam to where the models are (triton-serve-ray's ingress and replicas)
+    "ForwardingDataPlane", "REMOTE_CALLS", "call_by_name",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import channel, wire
 from .dataplane import DataPlane
-from .seam import REMOTE_CALLS
+from .seam import call_by_name
 from .errors import ServerError, internal, unavailable, unexpected
 from .frontend.frontends import FrontendOptions
 from .frontend.http.serving import listen_socket
@@ -132,9 +132,7 @@ class _Endpoint(asyncio.Protocol):
 
     async def _answer_call(self, call_id: int, method: str, args: Any) -> None:
         try:
-            if method not in REMOTE_CALLS:
-                raise internal(f"front-end process called unknown method '{method}'")
-            result = await getattr(self.dataplane, method)(*args)
+            result = await call_by_name(self.dataplane, method, args)
             if method == "model_config":
                 result = result.SerializeToString()
             reply = channel.encode(channel.REPLY, call_id, (True, result))

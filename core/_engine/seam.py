@@ -1,10 +1,15 @@
 """The data-plane seam: the one API every front-end calls, answered by ``DataPlane`` in the model owner and
-forwarded, call by call, from front-end processes (``RemoteDataPlane``) and other hosts (triton-serve-ray)."""
+forwarded, call by call, from front-end processes (``RemoteDataPlane``) and other hosts (triton-serve-ray's
+``RayDataPlane``), both ``ForwardingDataPlane``s."""
 from __future__ import annotations
 
 import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
+from .errors import ServerError, Status
 from .inference import InferenceRequest, InferenceResponse
 from .protos.model_config_pb2 import ModelConfig
 from .trace_settings import SettingUpdate
@@ -83,8 +88,68 @@ class DataPlaneAPI(Protocol):
         when it cannot start. ``decoupled_error``: a unary front-end's refusal of decoupled models."""
 
 
-# The seam's calls, by name: what a front-end process forwards to the model owner, and all the owner answers.
-REMOTE_CALLS = frozenset(name for name, member in vars(DataPlaneAPI).items() if inspect.iscoroutinefunction(member))
+def _call_signature(method: str) -> inspect.Signature:
+    """The seam's signature of ``method`` without ``self``; its parameters must all be passable by position,
+    since a forwarded call crosses as the tuple of its arguments."""
+    signature = inspect.signature(getattr(DataPlaneAPI, method))
+    parameters = list(signature.parameters.values())[1:]
+    if any(parameter.kind is not parameter.POSITIONAL_OR_KEYWORD for parameter in parameters):
+        raise TypeError(f"DataPlaneAPI.{method}: a forwarded call takes plain parameters (no *, *args or **kwargs)")
+    return signature.replace(parameters=parameters)
+
+
+# The seam's calls, by name, with the signature a forwarder binds their arguments to: what a front-end process
+# forwards to the model owner, and all the owner answers.
+REMOTE_CALLS: Mapping[str, inspect.Signature] = MappingProxyType({
+    name: _call_signature(name) for name, member in vars(DataPlaneAPI).items() if inspect.iscoroutinefunction(member)})
+
+
+class ForwardingDataPlane(ABC):
+    """The seam where no model is (a front-end process, triton-serve-ray's ingress): every call of
+    ``REMOTE_CALLS`` the subclass does not define itself is forwarded by ``forward``, its one call frame.
+
+    A call is bound to the seam's signature first, as a local call would be: arguments by position or by
+    keyword, a wrong one raises TypeError at the call, the seam's defaults are filled in. ``forward`` gets
+    them by name in the seam's order; what crosses is ``tuple(arguments.values())``, which the receiver
+    passes to its data plane with ``call_by_name``. A subclass defines ``forward`` and ``submit`` and sets
+    ``trace_armed`` and ``accepting``; so typed, it is a ``DataPlaneAPI`` (mypy checks it against the seam).
+    """
+
+    trace_armed: bool
+    accepting: bool
+
+    @abstractmethod
+    async def forward(self, method: str, arguments: dict[str, Any]) -> Any:
+        """Send the seam call ``method`` on and return its answer (raise its ServerError)."""
+
+    @abstractmethod
+    def submit(self, request: InferenceRequest, *, decoupled_error: str | None = None) -> None:
+        """Start ``request`` where its model is (``DataPlaneAPI.submit``)."""
+
+    def __getattr__(self, method: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        signature = REMOTE_CALLS.get(method)
+        if signature is None:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{method}'")
+
+        parameters = signature.parameters
+
+        def call(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+            if not kwargs and len(args) == len(parameters):  # the front-ends' calls: every argument, in order
+                return self.forward(method, dict(zip(parameters, args)))
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return self.forward(method, bound.arguments)
+        call.__name__ = call.__qualname__ = method
+        return call
+
+
+async def call_by_name(api: DataPlaneAPI, method: str, args: Sequence[Any]) -> Any:
+    """Answer the seam call ``method`` that a ``ForwardingDataPlane`` sent with its arguments, on ``api``;
+    ServerError (INTERNAL) for a name that is no call of the seam."""
+    if method not in REMOTE_CALLS:
+        raise ServerError(f"'{method}' is not a call of the data-plane seam", Status.INTERNAL)
+    answer: Callable[..., Coroutine[Any, Any, Any]] = getattr(api, method)
+    return await answer(*args)
 
 
 async def infer_one(api: DataPlaneAPI, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:

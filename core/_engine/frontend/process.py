@@ -12,8 +12,7 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from .. import channel, wire
 from ..errors import ServerError, unavailable
@@ -21,7 +20,7 @@ from .frontends import FrontendOptions, Frontends, run_on_fast_loop
 from ..inference import InferenceRequest
 from ..log_settings import LogSettings, apply_log_settings
 from ..protos.model_config_pb2 import ModelConfig
-from ..seam import REMOTE_CALLS, DataPlaneAPI
+from ..seam import ForwardingDataPlane
 from .trace import Stamps
 
 log = logging.getLogger("triton_serve.frontend")
@@ -40,10 +39,10 @@ class _OwnerConnection(asyncio.Protocol):
         self._remote._on_disconnect()
 
 
-class RemoteDataPlane:
+class RemoteDataPlane(ForwardingDataPlane):
     """The data-plane seam in a front-end process: each call of ``seam.REMOTE_CALLS`` is forwarded by name to
-    the model owner and answered there by its DataPlane; ``submit`` sends the request and delivers the
-    responses that come back to it. ``api()`` gives it to the front-ends, typed as the seam."""
+    the model owner (a ``channel.CALL`` frame) and answered there by its DataPlane; ``submit`` sends the
+    request and delivers the responses that come back to it."""
 
     def __init__(self) -> None:
         self.accepting = True
@@ -59,10 +58,6 @@ class RemoteDataPlane:
         transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
         self._writer = channel.FrameWriter(transport)
 
-    def api(self) -> DataPlaneAPI:
-        """This forwarder as the seam the front-ends call (its calls exist through ``__getattr__``)."""
-        return cast(DataPlaneAPI, self)
-
     def send_frame(self, frame: bytes) -> None:
         if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")
@@ -70,27 +65,19 @@ class RemoteDataPlane:
 
     # ---- calls ----------------------------------------------------------------------------------
 
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
-        if method not in REMOTE_CALLS:
-            raise AttributeError(method)
-
-        async def forward(*args: Any) -> Any:
-            return await self._call(method, *args)
-        forward.__name__ = method
-        return forward
-
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def forward(self, method: str, arguments: dict[str, Any]) -> Any:
+        """Send the call to the owner and wait for its REPLY frame."""
         call_id = next(self._ids)
         future = self._calls[call_id] = asyncio.get_running_loop().create_future()
         try:
-            self.send_frame(channel.encode(channel.CALL, call_id, (method, args)))
+            self.send_frame(channel.encode(channel.CALL, call_id, (method, tuple(arguments.values()))))
             result = await future
         finally:
             self._calls.pop(call_id, None)
         return ModelConfig.FromString(result) if method == "model_config" else result  # protobuf crosses as bytes
 
     async def server_ready(self) -> bool:
-        return self.accepting and bool(await self._call("server_ready"))
+        return self.accepting and bool(await self.forward("server_ready", {}))
 
     # ---- inference ------------------------------------------------------------------------------
 
@@ -151,7 +138,7 @@ class RemoteDataPlane:
 async def run(fd: int, options: FrontendOptions) -> int:
     remote = RemoteDataPlane()
     await remote.connect(socket.socket(fileno=fd))
-    frontends = Frontends(remote.api(), options, reuse_port=True)
+    frontends = Frontends(remote, options, reuse_port=True)
     try:
         await frontends.start()
     except ServerError as error:

@@ -29,5 +29,4 @@ class KServeIngress:
         self.max_input_size = max_input_size
 
     def __serve_build_asgi_app__(self) -> AsgiApp:
-        # RayDataPlane has the DataPlane methods the HTTP front-end calls, not the class itself.
-        return http_asgi_app(self.dataplane, self.max_input_size)  # type: ignore[arg-type]
+        return http_asgi_app(self.dataplane, self.max_input_size)

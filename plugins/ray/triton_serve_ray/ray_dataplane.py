@@ -1,4 +1,4 @@
-"""The ingress's data plane: the methods triton-serve's HTTP front-end calls, answered by each model's deployment."""
+"""The ingress's data plane: the data-plane seam forwarded to the model deployments, whose replicas answer it."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +10,7 @@ from ray.exceptions import RayActorError
 from ray.serve.handle import DeploymentHandle
 
 import triton_serve
-from triton_serve.plugin import InferenceRequest, ModelConfig, ServerError, Status
+from triton_serve.plugin import ForwardingDataPlane, InferenceRequest, ServerError, Status
 
 from .wire import Reply, WireRequest
 
@@ -23,14 +23,35 @@ EXTENSIONS = ["classification", "model_repository", "model_configuration", "bina
 CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
 SHARED_MEMORY = ("shared memory is not supported through Ray Serve: the client and the model replicas need not "
                  "share a host")
+
+
+def not_served(what: str) -> str:
+    return f"{what} is not supported through Ray Serve: each model replica is a server of its own"
+
+
+# The seam's calls that are not forwarded, and the error each answers instead: one replica cannot act for the
+# deployment (load a model, register a region on its host, change its logging or tracing).
+REFUSED: dict[str, tuple[str, Status]] = {
+    "load_model": (CONTROL_DISABLED, Status.UNAVAILABLE),
+    "unload_model": (CONTROL_DISABLED, Status.UNAVAILABLE),
+    "register_system_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "register_cuda_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "shared_memory_status": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "unregister_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
+    "update_log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
+    "trace_setting": (not_served("the trace extension"), Status.UNSUPPORTED),
+}
 # A call that finds its replica dead (killed, or its node lost) goes to another replica, this many times in all.
 ATTEMPTS = 3
 HEALTH_TIMEOUT_S = 10.0  # a readiness probe gives up on a deployment that has no replica to answer
 
 
-class RayDataPlane:
-    """Offers the methods of triton-serve's ``DataPlane`` that the HTTP front-end calls; each model's
-    calls go to that model's deployment handle, whose replicas run the core's own data plane.
+class RayDataPlane(ForwardingDataPlane):
+    """The seam the ingress's HTTP front-end calls. Every call is forwarded (``forward``: one call frame,
+    ``ModelReplica.call``) except those ``REFUSED`` and those answered here (liveness, readiness, server
+    metadata, and the readiness of a model that has no deployment): a call whose ``name`` names a model
+    goes to that model's deployment, a call that names none to every deployment, their answers joined.
 
     Called on the ingress replica's event loop. A call whose replica died before answering is sent
     again, and Ray routes it to a live replica (a stateful model's state died with its replica anyway).
@@ -40,6 +61,7 @@ class RayDataPlane:
         self.models = models
         self.server_id = server_id
         self.trace_armed = False  # the HTTP front-end notes trace timestamps only while True; no tracing here
+        self.accepting = True  # Ray Serve drains the ingress itself
         self._running: set[asyncio.Task[None]] = set()  # inference calls in flight
 
     def _handle(self, name: str) -> DeploymentHandle:
@@ -62,7 +84,19 @@ class RayDataPlane:
             return reply.unwrap()
         raise ServerError(f"model '{name}': no replica could answer ({ATTEMPTS} tried): {died}", Status.UNAVAILABLE)
 
-    # ---- health and metadata ----------------------------------------------------------------
+    async def forward(self, method: str, arguments: dict[str, Any]) -> Any:
+        """Refuse the call, or send it to the deployment of the model it names, or to every deployment."""
+        refused = REFUSED.get(method)
+        if refused is not None:
+            raise ServerError(*refused)
+        args = tuple(arguments.values())
+        if arguments.get("name"):
+            return await self._call(arguments["name"], "call", method, args)
+        models = sorted(self.models)
+        answers = await asyncio.gather(*(self._call(model, "call", method, args) for model in models))
+        return joined(method, dict(zip(models, answers)))
+
+    # ---- answered here ----------------------------------------------------------------------
 
     async def live(self) -> bool:
         return True
@@ -80,28 +114,8 @@ class RayDataPlane:
         return {"name": self.server_id, "version": triton_serve.__version__, "extensions": list(EXTENSIONS)}
 
     async def model_ready(self, name: str, version: int | None = None) -> bool:
-        if name not in self.models:
-            return False
-        return bool(await self._call(name, "model_ready", version))
-
-    async def model_metadata(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call(name, "model_metadata", version)
-
-    async def model_config(self, name: str, version: int | None = None) -> ModelConfig:
-        return await self._call(name, "model_config", version)
-
-    async def model_config_json(self, name: str, version: int | None = None) -> dict[str, Any]:
-        return await self._call(name, "model_config_json", version)
-
-    async def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
-        """The answering replica's statistics of the model (of every model when ``name`` is empty)."""
-        if name:
-            return await self._call(name, "model_statistics", version)
-        if version is not None:
-            raise ServerError("statistics for a model version need the model name")
-        per_model = await asyncio.gather(*(self._call(model, "model_statistics", None)
-                                           for model in sorted(self.models)))
-        return [entry for entries in per_model for entry in entries]
+        """False for a model without a deployment (the server's answer for an unknown model); else its replica's."""
+        return name in self.models and bool(await self.forward("model_ready", {"name": name, "version": version}))
 
     # ---- inference --------------------------------------------------------------------------
 
@@ -122,42 +136,15 @@ class RayDataPlane:
         request.model_version = wire.model_version
         request.send(wire.to_response())
 
-    # ---- repository -------------------------------------------------------------------------
 
-    async def repository_index(self, ready_only: bool = False, repository: str = "") -> list[dict[str, str]]:
-        per_model = await asyncio.gather(*(self._call(model, "repository_index", ready_only, repository)
-                                           for model in sorted(self.models)))
-        return [entry for entries in per_model for entry in entries]
-
-    async def load_model(self, name: str, parameters: dict[str, Any], repository: str = "") -> None:
-        raise ServerError(CONTROL_DISABLED, Status.UNAVAILABLE)
-
-    async def unload_model(self, name: str, unload_dependents: bool = False, repository: str = "") -> None:
-        raise ServerError(CONTROL_DISABLED, Status.UNAVAILABLE)
-
-    # ---- not served through Ray -------------------------------------------------------------
-
-    async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        raise ServerError(SHARED_MEMORY, Status.UNSUPPORTED)
-
-    async def register_cuda_shared_memory(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
-        raise ServerError(SHARED_MEMORY, Status.UNSUPPORTED)
-
-    async def shared_memory_status(self, kind: str, name: str = "") -> list[dict[str, Any]]:
-        raise ServerError(SHARED_MEMORY, Status.UNSUPPORTED)
-
-    async def unregister_shared_memory(self, kind: str, name: str = "") -> None:
-        raise ServerError(SHARED_MEMORY, Status.UNSUPPORTED)
-
-    async def log_settings(self) -> dict[str, Any]:
-        raise ServerError(not_served("the logging extension"), Status.UNSUPPORTED)
-
-    async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
-        raise ServerError(not_served("the logging extension"), Status.UNSUPPORTED)
-
-    async def trace_setting(self, model_name: str = "", update: Any = None) -> dict[str, list[str]]:
-        raise ServerError(not_served("the trace extension"), Status.UNSUPPORTED)
-
-
-def not_served(what: str) -> str:
-    return f"{what} is not supported through Ray Serve: each model replica is a server of its own"
+def joined(method: str, answers: dict[str, Any]) -> Any:
+    """One answer from every deployment's answer to a call that names no model. Each replica answers for its
+    whole server, whose repository holds the other models too (and an ensemble's replica loads its steps):
+    of a list of entries (the index, statistics), each deployment's own model's entries are kept. Any other
+    answer must be the same from every deployment."""
+    values = list(answers.values())
+    if all(isinstance(value, list) for value in values):
+        return [entry for model, value in answers.items() for entry in value if entry.get("name") == model]
+    if any(value != values[0] for value in values):
+        raise ServerError(f"the model deployments answered '{method}' differently", Status.INTERNAL)
+    return values[0] if values else None

@@ -1,10 +1,9 @@
 """One replica of a model's deployment: the triton-serve core, loading that one model, without front-ends."""
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
-from triton_serve.plugin import Server, ServerError, ServerOptions, infer_one
+from triton_serve.plugin import Server, ServerError, ServerOptions, call_by_name, infer_one
 
 from .wire import Reply, WireRequest, WireResponse
 
@@ -42,28 +41,13 @@ class ModelReplica:
             return Reply.failed(error)
         return Reply(WireResponse.of(response, request.model_version))
 
-    async def model_ready(self, version: int | None) -> Reply:
-        return await _reply(self.dataplane.model_ready(self.model, version))
-
-    async def model_metadata(self, version: int | None) -> Reply:
-        return await _reply(self.dataplane.model_metadata(self.model, version))
-
-    async def model_config(self, version: int | None) -> Reply:
-        return await _reply(self.dataplane.model_config(self.model, version))
-
-    async def model_config_json(self, version: int | None) -> Reply:
-        return await _reply(self.dataplane.model_config_json(self.model, version))
-
-    async def model_statistics(self, version: int | None) -> Reply:
-        """This replica's statistics of the model (each replica counts only what it served)."""
-        return await _reply(self.dataplane.model_statistics(self.model, version))
-
-    async def repository_index(self, ready_only: bool, repository: str) -> Reply:
-        """The repository index entries of this replica's model (in the repository named so, if named)."""
-        reply = await _reply(self.dataplane.repository_index(ready_only, repository))
-        if reply.error is None:
-            reply.value = [entry for entry in reply.value if entry["name"] == self.model]
-        return reply
+    async def call(self, method: str, args: tuple[Any, ...]) -> Reply:
+        """Answer one call of the data-plane seam that the ingress forwarded (``RayDataPlane.forward``) with
+        this replica's data plane, which serves every model of its server (this one, an ensemble's steps)."""
+        try:
+            return Reply(await call_by_name(self.dataplane, method, args))
+        except ServerError as error:
+            return Reply.failed(error)
 
     async def check_health(self) -> None:
         """Ray Serve's health check: raising makes Ray replace this replica."""
@@ -75,10 +59,3 @@ class ModelReplica:
         server = getattr(self, "server", None)
         if server is not None:
             await server.stop()
-
-
-async def _reply(call: Awaitable[Any]) -> Reply:
-    try:
-        return Reply(await call)
-    except ServerError as error:
-        return Reply.failed(error)
