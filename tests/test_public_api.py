@@ -1,5 +1,6 @@
 """The public API is ``triton_serve.plugin`` (``triton_serve.frontend`` for plugin apps on the HTTP port,
-``triton_serve.testing`` for tests): plugins use nothing else, and every public name says what it is."""
+``triton_serve.worker`` for code in a model's worker process, ``triton_serve.testing`` for tests): plugins use
+nothing else, and every public name says what it is."""
 from __future__ import annotations
 
 import ast
@@ -15,10 +16,11 @@ import triton_serve.frontend
 import triton_serve.inprocess
 import triton_serve.plugin
 import triton_serve.testing
+import triton_serve.worker
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = {"triton_serve", "triton_serve.plugin", "triton_serve.frontend", "triton_serve.testing",
-                  "triton_serve.inprocess"}
+                  "triton_serve.inprocess", "triton_serve.worker"}
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -56,7 +58,8 @@ def test_the_check_finds_a_private_import(tmp_path: Path) -> None:
 
 def _public_objects() -> list[tuple[str, Any]]:
     objects = []
-    for module in (triton_serve.plugin, triton_serve.frontend, triton_serve.testing, triton_serve.inprocess):
+    for module in (triton_serve.plugin, triton_serve.frontend, triton_serve.testing, triton_serve.inprocess,
+                   triton_serve.worker):
         for name in module.__all__:
             obj = getattr(module, name)
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):
@@ -77,7 +80,8 @@ def test_every_public_name_has_a_docstring() -> None:
     assert not undocumented, f"public names without a docstring: {', '.join(undocumented)}"
 
 
-@pytest.mark.parametrize("module", [triton_serve.plugin, triton_serve.testing, triton_serve.inprocess])
+@pytest.mark.parametrize("module", [triton_serve.plugin, triton_serve.testing, triton_serve.inprocess,
+                                    triton_serve.worker])
 def test_all_lists_only_names_the_module_has(module: Any) -> None:
     assert [name for name in module.__all__ if not hasattr(module, name)] == []
     assert len(set(module.__all__)) == len(module.__all__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from triton_serve.plugin import pack_tensors, read_tensor
+from triton_serve.worker import pack_tensors, read_tensor
 
 from .protocol import InlineTensor
 

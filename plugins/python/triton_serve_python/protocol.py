@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from triton_serve.plugin import TensorRef
+from triton_serve.worker import TensorRef
 
 _HEADER = struct.Struct("<BI")
 _RECEIVE_SIZE = 65536  # bytes asked of each recv: a whole frame of a small batch, and any that follow it

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from triton_serve.plugin import read_tensor
+from triton_serve.worker import read_tensor
 
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME

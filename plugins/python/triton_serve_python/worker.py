@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from triton_serve.plugin import TensorLayout
+from triton_serve.worker import TensorLayout
 
 from .arena import ALIGNMENT, attach, close_mapping, mapped_bytes
 from .pb_utils.errors import TritonError, TritonModelException

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import wrapt
 
-from triton_serve.plugin import serialize_bytes
+from triton_serve.worker import serialize_bytes
 
 from .exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from .model_config import TritonModelConfig

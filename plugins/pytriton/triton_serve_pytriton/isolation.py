@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import wrapt
 
-from triton_serve.plugin import ServerError, Status
+from triton_serve.worker import ServerError, Status
 
 _HEADER = struct.Struct("<Q")
 # Every wrapt proxy (decorated functions) derives from this: BaseObjectProxy from wrapt 2, ObjectProxy before.

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from google.protobuf import json_format
 
-from triton_serve.plugin import ModelConfig as TritonConfigMessage
-from triton_serve.plugin import datatype_of
+from triton_serve.worker import ModelConfig as TritonConfigMessage
+from triton_serve.worker import datatype_of
 
 from .exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 

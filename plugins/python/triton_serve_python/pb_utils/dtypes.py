@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_serve.plugin import deserialize_bytes, serialize_bytes
+from triton_serve.worker import deserialize_bytes, serialize_bytes
 
 from .errors import TritonModelException
 
