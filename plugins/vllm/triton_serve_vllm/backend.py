@@ -15,7 +15,7 @@ from .contract import complete_config, read_request
 from .engine_client import EngineClient
 from .metrics import VllmMetrics
 from .model_json import read_settings
-from .protocol import Start
+from .protocol import MetricUpdate, Start
 
 # The environment of every engine process: nothing is downloaded, nothing is reported home.
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -105,9 +105,9 @@ class VllmInstance(ModelInstance):
         if self.model.report_metrics:
             self.metrics = VllmMetrics(spec.name, spec.version, info.token_buckets)
 
-    def _on_metrics(self, update: object) -> None:
+    def _on_metrics(self, update: MetricUpdate) -> None:
         if self.metrics is not None:
-            self.metrics.apply(update)  # type: ignore[arg-type]
+            self.metrics.apply(update)
 
     async def execute(self, requests: Batch[InferenceRequest]) -> Batch[InferenceResponse] | None:
         for request in requests:

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +16,12 @@ import numpy as np
 
 from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
 
-from .protocol import EngineInfo, FrameProtocol, Outputs, Start
+from .protocol import EngineInfo, FrameProtocol, MetricUpdate, Outputs, Start
 
 log = logging.getLogger("triton_serve_vllm")
+
+# Every engine client of this process (tests read their counters).
+ENGINES: weakref.WeakSet[EngineClient] = weakref.WeakSet()
 
 # How long an engine process may take to exit once its socket closed (vLLM shuts its own processes down first).
 EXIT_WAIT_S = 30.0
@@ -27,19 +31,22 @@ class EngineClient:
     """One engine process. ``start`` returns once the engine runs; ``submit`` hands it a request, whose responses
     come back through ``request.send``; ``stop`` ends it. ``dead`` holds why the process ended unasked."""
 
-    def __init__(self, label: str, env: dict[str, str], on_metrics: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, label: str, env: dict[str, str],
+                 on_metrics: Callable[[MetricUpdate], None] | None = None) -> None:
         self.label = label
         self.env = env
         self.on_metrics = on_metrics
         self.info: EngineInfo | None = None
         self.dead: str | None = None
         self.aborted = 0  # requests vLLM reported aborted after a cancellation
+        self.unfinished_after_abort: int | None = None  # vLLM's count of unfinished requests after the last abort
         self._requests: dict[int, InferenceRequest] = {}
         self._keys = itertools.count(1)
         self._process: asyncio.subprocess.Process | None = None
         self._protocol: FrameProtocol | None = None
         self._started: asyncio.Future[EngineInfo] | None = None
         self._stopping = False
+        ENGINES.add(self)
 
     async def start(self, start: Start) -> EngineInfo:
         loop = asyncio.get_running_loop()
@@ -115,6 +122,7 @@ class EngineClient:
             elif kind == "aborted":
                 _, key, reason, unfinished = message
                 self.aborted += 1
+                self.unfinished_after_abort = unfinished
                 log.info("vLLM aborted request %s of %s (finish reason %r; %d requests unfinished in the engine)",
                          key, self.label, reason, unfinished)
             elif kind == "ready" and self._started is not None and not self._started.done():

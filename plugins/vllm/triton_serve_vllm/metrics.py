@@ -63,10 +63,12 @@ class VllmMetrics:
                                   (self.request_params_n, update.request_params_n)):
             for value in values:
                 histogram.observe(value)
-        for gauge, value in ((self.running, update.running), (self.waiting, update.waiting),
-                             (self.kv_cache_usage, update.kv_cache_usage)):
-            if value is not None:
-                gauge.set(value)
+        gauges: tuple[tuple[CustomMetric, float | None], ...] = (
+            (self.running, update.running), (self.waiting, update.waiting),
+            (self.kv_cache_usage, update.kv_cache_usage))
+        for gauge, reading in gauges:
+            if reading is not None:
+                gauge.set(reading)
 
     def release(self) -> None:
         for metric in vars(self).values():

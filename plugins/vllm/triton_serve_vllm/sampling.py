@@ -74,11 +74,11 @@ def _converted(key: str, value: Any) -> Any:
 def _scalar_type(kind: Any) -> type | None:
     """int, float or str for a field of that type or of that type or None."""
     if kind in _SCALARS:
-        return kind  # type: ignore[no-any-return]
+        return kind
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         members = [member for member in typing.get_args(kind) if member is not type(None)]
         if len(members) == 1 and members[0] in _SCALARS:
-            return members[0]  # type: ignore[no-any-return]
+            return members[0]
     return None
 
 

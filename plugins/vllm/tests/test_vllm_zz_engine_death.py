@@ -1,0 +1,41 @@
+"""An engine process that dies fails its requests and makes the model unready; the server goes on. Named to run
+last: it kills the session's engine (conftest.py)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import httpx
+import tritonclient.http as httpclient
+
+from triton_serve.testing import RunningServer
+from triton_serve_vllm.engine_client import ENGINES
+
+
+MODEL = "llm"  # conftest.py's model
+WAIT_S = 120
+
+
+def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: RunningServer) -> None:
+    (engine,) = [engine for engine in ENGINES if engine.dead is None]
+    assert engine.pid is not None
+    body = {"text_input": "Hello", "stream": True,
+            "sampling_parameters": json.dumps({"max_tokens": 400, "ignore_eos": True})}
+    url = f"http://{server.http_url}/v2/models/{MODEL}/generate_stream"
+    with httpx.stream("POST", url, json=body, timeout=WAIT_S) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: {")  # generating
+        os.kill(engine.pid, signal.SIGKILL)
+        events = [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ")]
+    assert "error" in events[-1] and "the vLLM engine process of vLLM model 'llm'" in events[-1]["error"]
+    client = httpclient.InferenceServerClient(server.http_url)
+    deadline = time.monotonic() + WAIT_S
+    while client.is_model_ready(MODEL) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.is_model_ready(MODEL)
+    assert client.is_server_live()
+    after = httpx.post(f"http://{server.http_url}/v2/models/{MODEL}/generate", json={"text_input": "Hi"},
+                       timeout=WAIT_S)
+    assert after.status_code in (400, 503) and "not ready" in after.json()["error"]
