@@ -55,9 +55,15 @@ class FrontendOptions:
         return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"]),
                       "platforms": PlatformOptions(**values["platforms"]),
                       "openai": OpenAIOptions(**{**values["openai"], "restricted_api": restrictions_from_json(
-                          values["openai"]["restricted_api"])}),
+                          values["openai"]["restricted_api"]), "metrics_endpoint": _pair(
+                          values["openai"]["metrics_endpoint"])}),
                       "http_restricted_api": restrictions_from_json(values["http_restricted_api"]),
                       "grpc_restricted_protocol": restrictions_from_json(values["grpc_restricted_protocol"])})
+
+
+def _pair(value: list[Any] | None) -> tuple[str, int] | None:
+    """A (host, port) pair back from JSON, which has no tuples."""
+    return None if value is None else (value[0], value[1])
 
 
 class Frontends:
