@@ -14,7 +14,10 @@ from triton_serve.plugin import (Backend, DataType, InferenceRequest, InferenceR
                                  ModelInput, ModelInstance, ModelOutput, ModelSpec, ServerError, model_parameters,
                                  option)
 
-from .engine import Engine, LLMMetrics, Sequence, Settings
+from .engine import Engine
+from .kv_cache import register_attention
+from .metrics import LLMMetrics
+from .sequence import Detokenizer, Sequence, Settings
 from .tiny import ensure_tiny_llama
 
 # Triton's vLLM backend contract: (name, type, optional) of each input, and each output.
@@ -29,8 +32,8 @@ CONTRACT_INPUTS = (("text_input", DataType.TYPE_STRING, False), ("stream", DataT
 CONTRACT_OUTPUTS = (("text_output", DataType.TYPE_STRING), ("num_input_tokens", DataType.TYPE_UINT32),
                     ("num_output_tokens", DataType.TYPE_UINT32), ("finish_reason", DataType.TYPE_STRING),
                     ("cumulative_logprob", DataType.TYPE_FP32), ("logprobs", DataType.TYPE_STRING))
-SAMPLING_KEYS = {"max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "stop",
-                 "ignore_eos", "logprobs"}
+SAMPLING_KEYS = {"max_tokens", "min_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
+                 "stop", "ignore_eos", "logprobs"}
 # vLLM's names for constrained decoding (the older and the newer): refused, this backend has none.
 CONSTRAINED_DECODING_KEYS = ("structured_outputs", "guided_decoding")
 MAX_LOGPROBS = 20  # the most top logprobs a token may ask for (vLLM's default max_logprobs)
@@ -120,16 +123,23 @@ class TransformersInstance(ModelInstance):
             from transformers import AutoModelForCausalLM, AutoTokenizer
             try:
                 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-                model: Any = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True)
+                model: Any = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True,
+                                                                  attn_implementation=register_attention())
                 model = model.to(device).eval()
             except (OSError, ValueError) as error:
                 raise ServerError(f"transformers model '{spec.name}': cannot load '{weights}': {error}") from None
-            return Engine(model, tokenizer, device, loop, max_num_seqs=parameters.max_num_seqs,
-                          max_tokens_in_flight=parameters.max_tokens_in_flight, name=spec.name,
-                          metrics=LLMMetrics(spec.name, spec.version))
+            context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+            try:
+                return Engine(model, tokenizer, device, loop, context=context,
+                              max_num_seqs=parameters.max_num_seqs,
+                              max_tokens_in_flight=parameters.max_tokens_in_flight, name=spec.name,
+                              metrics=LLMMetrics(spec.name, spec.version))
+            except Exception as error:  # the model's attention does not go through transformers' interface
+                raise ServerError(f"transformers model '{spec.name}': the engine cannot run '{weights}': "
+                                  f"{type(error).__name__}: {error}") from None
 
         self.engine = await asyncio.to_thread(build)
-        self.context = int(getattr(self.engine.model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.context = self.engine.runner.context
 
     async def execute(self, requests: Batch[InferenceRequest]) -> Batch[InferenceResponse] | None:
         for request in requests:
@@ -143,6 +153,8 @@ class TransformersInstance(ModelInstance):
         prompt = _text(request, "text_input")
         settings = _settings(request)
         ids = self.engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ServerError("The decoder prompt cannot be empty")  # vLLM's words
         if len(ids) >= self.context:
             raise ServerError(f"the prompt is {len(ids)} tokens long; model '{self.model.spec.name}' takes at most "
                               f"{self.context - 1} (its context is {self.context} tokens)")
@@ -150,8 +162,8 @@ class TransformersInstance(ModelInstance):
         generator = None
         if settings.seed is not None:
             import torch
-            generator = torch.Generator().manual_seed(settings.seed)
-        return Sequence(request, prompt, ids, settings, generator=generator)
+            generator = torch.Generator(self.engine.device).manual_seed(settings.seed)
+        return Sequence(request, prompt, ids, settings, Detokenizer(self.engine.tokenizer, ids), generator=generator)
 
     async def unload(self) -> None:
         await asyncio.to_thread(self.engine.stop)
@@ -197,7 +209,7 @@ def _settings(request: InferenceRequest) -> Settings:
                         return_logprobs=_flag(request, "return_logprobs", False),
                         return_cumulative_logprob=_flag(request, "return_cumulative_logprob", False))
     try:
-        for key, kind in (("max_tokens", int), ("temperature", float), ("top_p", float),
+        for key, kind in (("max_tokens", int), ("min_tokens", int), ("temperature", float), ("top_p", float),
                           ("presence_penalty", float), ("frequency_penalty", float)):
             if raw.get(key) is not None:
                 setattr(settings, key, kind(raw[key]))
@@ -213,4 +225,9 @@ def _settings(request: InferenceRequest) -> Settings:
         settings.logprobs = top
     if settings.max_tokens < 1:
         raise ServerError(f"'max_tokens' must be at least 1, got {settings.max_tokens}")
+    if settings.min_tokens < 0:  # vLLM's words, as the two below
+        raise ServerError(f"min_tokens must be greater than or equal to 0, got {settings.min_tokens}.")
+    if settings.min_tokens > settings.max_tokens:
+        raise ServerError(f"min_tokens must be less than or equal to max_tokens={settings.max_tokens}, got "
+                          f"{settings.min_tokens}.")
     return settings

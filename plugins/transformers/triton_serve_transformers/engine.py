@@ -1,10 +1,9 @@
-"""The generation loop of one model instance: continuous batching on a thread of its own.
+"""The generation loop of one model instance: continuous batching over a key-value cache, on a thread of its own.
 
-Every step is one forward pass over all running sequences (left-padded into one batch); each gets its next token,
-and new sequences join between steps while ``max_num_seqs`` and ``max_tokens_in_flight`` allow. A sequence leaves at
-once when it finishes or its request is cancelled. Each step recomputes the sequences' whole context (no key-value
-cache is kept between steps): simple and exact, at the cost of compute that grows with the context; the tiny and
-small models this backend is for are fast enough."""
+Every step is one forward pass (``ModelRunner``): one new token for each decoding sequence and the whole prompt of
+each sequence that joins, their keys and values kept in the cache between steps. New sequences join between steps
+while ``max_num_seqs`` and ``max_tokens_in_flight`` allow; a sequence leaves, and frees its place in the cache, as
+soon as it finishes or its request is cancelled."""
 from __future__ import annotations
 
 import asyncio
@@ -14,99 +13,37 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor, custom_metrics
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
+
+from .metrics import LLMMetrics
+from .runner import ModelRunner
+from .sampler import Scored, sample, score
+from .sequence import Sequence
 
 log = logging.getLogger(__name__)
 
 # Every engine running in this process (tests read their counters).
 ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 
-# Upper bounds of the latency histograms, in milliseconds.
-LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
-
-class LLMMetrics:
-    """One model version's generation metrics on ``/metrics`` (beside Triton's
-    ``nv_inference_first_response_histogram_ms``, which the core keeps for every decoupled model)."""
-
-    def __init__(self, model: str, version: int) -> None:
-        labels = {"model": model, "version": str(version)}
-        self.first_token = custom_metrics.family(
-            "tserve_llm_time_to_first_token_ms", "Time from a request's arrival to its first generated token, in "
-            "milliseconds", "histogram").metric(labels, LATENCY_BUCKETS_MS)
-        self.inter_token = custom_metrics.family(
-            "tserve_llm_inter_token_latency_ms", "Time between two generated tokens of one sequence, in milliseconds",
-            "histogram").metric(labels, LATENCY_BUCKETS_MS)
-        self.tokens = custom_metrics.family(
-            "tserve_llm_generated_tokens_total", "Tokens generated (rate() gives tokens per second)",
-            "counter").metric(labels)
-        self.running = custom_metrics.family(
-            "tserve_llm_running_sequences", "Sequences in the running batch", "gauge").metric(labels)
-
-    def release(self) -> None:
-        for metric in (self.first_token, self.inter_token, self.tokens, self.running):
-            metric.release()
-
-
-@dataclass
-class Settings:
-    """What a request asks of generation (the vLLM contract's sampling parameters and flags)."""
-
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    ignore_eos: bool = False
-    stream: bool = False
-    exclude_input: bool = True
-    return_input_tokens: bool = False
-    return_output_tokens: bool = False
-    return_finish_reason: bool = False
-    logprobs: int | None = None  # vLLM's ``logprobs``: how many of the most likely tokens to report per new token
-    return_logprobs: bool = False
-    return_cumulative_logprob: bool = False
-
-    @property
-    def scores(self) -> bool:
-        """Whether generation must compute the tokens' log-probabilities for this request."""
-        return self.return_cumulative_logprob or (self.return_logprobs and self.logprobs is not None)
-
-
-@dataclass
-class Sequence:
-    """One request being generated."""
-
-    request: InferenceRequest
-    prompt: str
-    prompt_ids: list[int]
-    settings: Settings
-    generated: list[int] = field(default_factory=list)
-    sent_text: str = ""  # streamed so far
-    counted: int = 0  # output tokens reported so far
-    last_token_ns: int = 0  # when the previous token was generated (monotonic)
-    generator: Any = None  # a torch.Generator when the request gave a seed
-    # per generated token, the vLLM backend's logprobs entry: {token id: {"logprob", "rank", "decoded_token"}}
-    logprobs: list[dict[str, dict[str, Any]]] = field(default_factory=list)
-    cumulative_logprob: float = 0.0  # the sum of the generated tokens' log-probabilities
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt_ids) + self.settings.max_tokens
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a sequence: the tokenizer's end-of-sequence token and the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return sorted(token for token in ids if token is not None)
 
 
 class Engine:
     """``add`` sequences from the event loop; the engine's thread generates them and sends their responses through
     the loop. ``stop`` ends the thread and fails what is left."""
 
-    def __init__(self, model: Any, tokenizer: Any, device: str, loop: asyncio.AbstractEventLoop, *,
+    def __init__(self, model: Any, tokenizer: Any, device: str, loop: asyncio.AbstractEventLoop, *, context: int,
                  max_num_seqs: int, max_tokens_in_flight: int, name: str, metrics: LLMMetrics | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -115,14 +52,16 @@ class Engine:
         self.max_num_seqs = max_num_seqs
         self.max_tokens_in_flight = max_tokens_in_flight
         self.metrics = metrics
-        self.eos = tokenizer.eos_token_id
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos or 0)
+        self.stop_ids = stop_token_ids(model, tokenizer)
+        self.runner = ModelRunner(model, device, context)
+        self._names: dict[int, str] = {}  # decoded_token of each token id reported so far
         self._waiting: deque[Sequence] = deque()
-        self._running: list[Sequence] = []
+        self._running: list[Sequence] = []  # in cache-slot order
         self._wake = threading.Condition()
         self._stopping = False
         self.steps = 0  # forward passes so far
         self.largest_batch = 0  # most sequences one forward pass served
+        self._check_model()
         self._thread = threading.Thread(target=self._run, name=f"transformers-{name}", daemon=True)
         self._thread.start()
         ENGINES.add(self)
@@ -145,6 +84,14 @@ class Engine:
         if self.metrics is not None:
             self.metrics.release()
 
+    def _check_model(self) -> None:
+        """One forward pass of one token, so that a model the engine cannot run fails its load, not a request."""
+        import torch
+
+        with torch.inference_mode():
+            self.runner.forward([SimpleNamespace(tokens=[self.stop_ids[0] if self.stop_ids else 0], cached=0)])
+        self.runner.cache.clear()
+
     # ---- the engine's thread ----------------------------------------------------------------
 
     def _run(self) -> None:
@@ -157,8 +104,8 @@ class Engine:
                         self._wake.wait()
                     if self._stopping:
                         break
+                    self._drop_cancelled()
                     self._admit()
-                self._running = [seq for seq in self._running if not self._cancelled(seq)]
                 if not self._running:
                     continue
                 try:
@@ -168,9 +115,26 @@ class Engine:
                     for sequence in self._running:
                         self._fail(sequence, ServerError(f"generation failed: {error}", Status.INTERNAL))
                     self._running = []
+                    self.runner.cache.clear()
         gone = ServerError("the model was unloaded while generating", Status.UNAVAILABLE)
         for sequence in [*self._running, *self._waiting]:
             self._fail(sequence, gone)
+
+    def _drop_cancelled(self) -> None:
+        """Answer cancelled requests CANCELLED and free their places (waiting or running)."""
+        cancelled = ServerError("the request was cancelled", Status.CANCELLED)
+        if any(sequence.request.cancelled.is_set() for sequence in self._waiting):
+            kept: deque[Sequence] = deque()
+            for sequence in self._waiting:
+                if sequence.request.cancelled.is_set():
+                    self._fail(sequence, cancelled)
+                else:
+                    kept.append(sequence)
+            self._waiting = kept
+        for index in reversed(range(len(self._running))):
+            if self._running[index].request.cancelled.is_set():
+                self._fail(self._running[index], cancelled)
+                self.runner.release(self._running, index)
 
     def _admit(self) -> None:
         """Move waiting sequences into the running batch while the limits allow (always at least one)."""
@@ -183,84 +147,25 @@ class Engine:
             self._running.append(sequence)
             in_flight += sequence.length
 
-    def _cancelled(self, sequence: Sequence) -> bool:
-        if not sequence.request.cancelled.is_set():
-            return False
-        self._fail(sequence, ServerError("the request was cancelled", Status.CANCELLED))
-        return True
-
     def _step(self) -> None:
-        import torch
-
-        contexts = [sequence.prompt_ids + sequence.generated for sequence in self._running]
-        width = max(len(context) for context in contexts)
-        ids = torch.full((len(contexts), width), self.pad, dtype=torch.long)
-        mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, context in enumerate(contexts):
-            ids[row, width - len(context):] = torch.tensor(context, dtype=torch.long)
-            mask[row, width - len(context):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        output = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                            position_ids=positions.to(self.device), use_cache=False)
-        logits = output.logits[:, -1, :].float().cpu()
+        running = self._running
+        logits = self.runner.forward(running)
         self.steps += 1
-        self.largest_batch = max(self.largest_batch, len(contexts))
+        self.largest_batch = max(self.largest_batch, len(running))
         if self.metrics is not None:
-            self.metrics.running.set(len(contexts))
-        # rows whose requests asked for logprobs: their log-softmax, from this step's logits
-        scored = {row: index for index, row in enumerate(
-            row for row, sequence in enumerate(self._running) if sequence.settings.scores)}
-        log_probabilities = torch.log_softmax(logits[list(scored)], dim=-1) if scored else None
-        still_running = []
-        for row, sequence in enumerate(self._running):
-            token = self._sample(sequence, logits[row])
-            if log_probabilities is not None and row in scored:
-                self._score(sequence, log_probabilities[scored[row]], token)
-            if not self._advance(sequence, token):
-                still_running.append(sequence)
-        self._running = still_running
+            self.metrics.running.set(len(running))
+        tokens = sample(logits, running, self.stop_ids)
+        rows = [row for row, sequence in enumerate(running) if sequence.settings.scores]
+        scored: dict[int, Scored] = {}
+        if rows:
+            tops = [running[row].settings.logprobs or 0 for row in rows]
+            scored = dict(zip(rows, score(logits, rows, tokens, tops)))
+        finished = [self._advance(sequence, tokens[row], scored.get(row)) for row, sequence in enumerate(running)]
+        for index in reversed(range(len(running))):
+            if finished[index]:
+                self.runner.release(running, index)
 
-    @staticmethod
-    def _sample(sequence: Sequence, logits: Any) -> int:
-        import torch
-
-        settings = sequence.settings
-        if sequence.generated and (settings.presence_penalty or settings.frequency_penalty):
-            counts = torch.bincount(torch.tensor(sequence.generated), minlength=logits.shape[0]).float()
-            logits = logits - settings.frequency_penalty * counts - settings.presence_penalty * (counts > 0).float()
-        if settings.temperature <= 0:
-            return int(torch.argmax(logits))
-        probabilities = torch.softmax(logits / settings.temperature, dim=-1)
-        if settings.top_p < 1:
-            ordered, order = torch.sort(probabilities, descending=True)
-            outside = ordered.cumsum(-1) - ordered > settings.top_p
-            ordered[outside] = 0
-            probabilities = torch.zeros_like(probabilities).scatter(0, order, ordered)
-        return int(torch.multinomial(probabilities, 1, generator=sequence.generator))
-
-    def _score(self, sequence: Sequence, log_probabilities: Any, token: int) -> None:
-        """Record the sampled token's log-probability (of the model's distribution, before temperature and
-        penalties, as vLLM reports them) and, when asked, the most likely tokens' with their ranks (1: the most
-        likely). The end-of-sequence token that ends a sequence is not an output token and gets no entry."""
-        import torch
-
-        if token == self.eos and not sequence.settings.ignore_eos:
-            return
-        chosen = float(log_probabilities[token])
-        sequence.cumulative_logprob += chosen
-        top = sequence.settings.logprobs
-        if not sequence.settings.return_logprobs or top is None:
-            return
-        rank = int((log_probabilities > chosen).sum()) + 1
-        entry = {str(token): {"logprob": chosen, "rank": rank, "decoded_token": self.tokenizer.decode([token])}}
-        if top:
-            values, ids = torch.topk(log_probabilities, min(top, log_probabilities.shape[0]))
-            for position, (value, candidate) in enumerate(zip(values.tolist(), ids.tolist())):
-                entry.setdefault(str(candidate), {"logprob": value, "rank": position + 1,
-                                                  "decoded_token": self.tokenizer.decode([candidate])})
-        sequence.logprobs.append(entry)
-
-    def _advance(self, sequence: Sequence, token: int) -> bool:
+    def _advance(self, sequence: Sequence, token: int, scored: Scored | None) -> bool:
         """Take the sampled token; send what the client should see now. True when the sequence finished."""
         settings = sequence.settings
         if self.metrics is not None:
@@ -272,32 +177,78 @@ class Engine:
             sequence.last_token_ns = now
             self.metrics.tokens.increment(1)
         reason = None
-        if token == self.eos and not settings.ignore_eos:
-            reason = "stop"
+        if token in self.stop_ids and not settings.ignore_eos:
+            reason = "stop"  # the end-of-sequence token is not an output token: not in the text, counts or logprobs
         else:
-            sequence.generated.append(token)
-        text = self.tokenizer.decode(sequence.generated, skip_special_tokens=True)
-        for stop in settings.stop:
-            at = text.find(stop)
-            if at >= 0:
-                text, reason = text[:at], "stop"
-        if reason is None and len(sequence.generated) >= settings.max_tokens:
+            sequence.tokens.append(token)
+            if scored is not None:
+                self._record(sequence, token, scored)
+            before = len(sequence.detokenizer.text)
+            sequence.detokenizer.add(token)
+            if settings.stop and sequence.generated > settings.min_tokens:
+                reason = self._find_stop(sequence, before)
+            elif sequence.generated == settings.min_tokens:
+                sequence.stop_from = len(sequence.detokenizer.text)
+        if reason is None and sequence.generated >= settings.max_tokens:
             reason = "length"
+        if reason is not None and sequence.text_end < 0:
+            sequence.detokenizer.flush()
+        text = sequence.text
         if settings.stream:
-            hold = max((len(stop) for stop in settings.stop), default=1) - 1 if reason is None else 0
-            visible = text[:len(text) - hold] if hold else text
-            delta = visible[len(sequence.sent_text):] if visible.startswith(sequence.sent_text) else ""
-            if delta or reason is not None:
+            hold = max(len(stop) for stop in settings.stop) - 1 if settings.stop and reason is None else 0
+            visible = max(len(text) - hold, sequence.sent_text)
+            if visible > sequence.sent_text or reason is not None:
                 prefix = sequence.prompt if not settings.exclude_input and not sequence.sent_text \
                     and not sequence.counted else ""
-                count = len(sequence.generated) - sequence.counted
+                count = sequence.generated - sequence.counted
+                delta = text[sequence.sent_text:visible]
                 sequence.sent_text = visible
-                sequence.counted = len(sequence.generated)
+                sequence.counted = sequence.generated
                 self._send(sequence, prefix + delta, count, reason, sequence.logprobs[-count:] if count else [])
         elif reason is not None:
             full = text if settings.exclude_input else sequence.prompt + text
-            self._send(sequence, full, len(sequence.generated), reason, sequence.logprobs)
+            self._send(sequence, full, sequence.generated, reason, sequence.logprobs)
         return reason is not None
+
+    @staticmethod
+    def _find_stop(sequence: Sequence, before: int) -> str | None:
+        """Cut the text at the stop string that ends earliest among the new characters (and after the text of the
+        first ``min_tokens`` tokens, as vLLM checks); "stop" when one did."""
+        text = sequence.detokenizer.text
+        first_new = max(before, sequence.stop_from)
+        if len(text) <= first_new:
+            return None
+        best_end, best_at = len(text) + 1, -1
+        for stop in sequence.settings.stop:
+            at = text.find(stop, max(first_new - len(stop) + 1, 0))
+            if at >= 0 and at + len(stop) < best_end:
+                best_end, best_at = at + len(stop), at
+        if best_at < 0:
+            return None
+        sequence.text_end = best_at
+        return "stop"
+
+    def _record(self, sequence: Sequence, token: int, scored: Scored) -> None:
+        """The token's logprobs entry, as vLLM orders it: the sampled token first, then the most likely ones."""
+        sequence.cumulative_logprob += scored.logprob
+        settings = sequence.settings
+        if not settings.return_logprobs or settings.logprobs is None:
+            return
+        entry = {str(token): {"logprob": scored.logprob, "rank": scored.rank, "decoded_token": self._name(token)}}
+        for rank, (candidate, value) in enumerate(scored.top, start=1):
+            entry.setdefault(str(candidate), {"logprob": value, "rank": rank, "decoded_token": self._name(candidate)})
+        sequence.logprobs.append(entry)
+
+    def _name(self, token: int) -> str:
+        """A token's text alone (vLLM's ``decoded_token``: a SentencePiece word start keeps its space)."""
+        name = self._names.get(token)
+        if name is None:
+            name = str(self.tokenizer.decode([token]))
+            piece = self.tokenizer.convert_ids_to_tokens(token)
+            if isinstance(piece, str) and piece.startswith("\u2581") and not name.startswith(" "):
+                name = " " + name
+            self._names[token] = name
+        return name
 
     def _send(self, sequence: Sequence, text: str, count: int, reason: str | None,
               logprobs: list[dict[str, dict[str, Any]]]) -> None:
