@@ -1,10 +1,10 @@
 """A Triton Python model that follows Triton's vLLM tensor contract, or its TensorRT-LLM one (whichever inputs its
 config declares), for the OpenAI front-end's tests. Its "tokens" are the prompt's words, read backwards, one word
 per token (a prompt holding «text» answers text's words instead, in order); generation stops at a stop word,
-after max_tokens or when the words run out. A prompt holding "boom"
-fails after the first token; one holding "slow" waits between tokens and, cancelled, writes "cancelled" into
-the model's directory; one over CONTEXT words is refused (INVALID_ARG). Asked for logprobs (vLLM's contract), each token's entry lists the sampled token first, then the top
-``logprobs`` tokens: token i of even i is the most likely (logprob -i/10, rank 1) before "alt<k>" (logprob -k,
+after max_tokens or when the words run out. A prompt holding "boom" fails after the first token; one holding
+"slow" waits between tokens and, cancelled, writes "cancelled" into the model's directory; one over CONTEXT words
+is refused (INVALID_ARG). Asked for logprobs (vLLM's contract), each token's entry lists the sampled token first,
+then the top ``logprobs`` tokens: token i of even i is the most likely (logprob -i/10, rank 1) before "alt<k>" (logprob -k,
 rank k+1, k from 1); token i of odd i was sampled at rank top+1 (logprob -(top+1)) after "alt<k>" (logprob -k-0.5,
 rank k+1, k from 0)."""
 import json

@@ -42,10 +42,11 @@ def test_chat_logprobs_choose_the_sampled_token_and_give_exactly_top_logprobs(cl
         _top(i, w, 2) for i, w in enumerate(WORDS)]
     # logprobs alone: one top logprob per token (Triton's default)
     answer = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True)
-    assert [len(t.top_logprobs) for t in answer.choices[0].logprobs.content or []] == [1, 1, 1]  # type: ignore[union-attr]
+    tokens = answer.choices[0].logprobs.content or []  # type: ignore[union-attr]
+    assert [len(t.top_logprobs) for t in tokens] == [1, 1, 1]
     answer = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True, top_logprobs=0)
-    assert [(t.token, t.top_logprobs) for t in answer.choices[0].logprobs.content or []] == [  # type: ignore[union-attr]
-        (w, []) for w in WORDS]
+    tokens = answer.choices[0].logprobs.content or []  # type: ignore[union-attr]
+    assert [(t.token, t.top_logprobs) for t in tokens] == [(w, []) for w in WORDS]
     assert client.chat.completions.create(model="llm_vllm", messages=messages).choices[0].logprobs is None
     stream = client.chat.completions.create(model="llm_vllm", messages=messages, logprobs=True, top_logprobs=3,
                                             stream=True)

@@ -110,7 +110,7 @@ def test_the_llama3_parser() -> None:
 def _streamed(parser: str, text: str, size: int) -> tuple[str, list[tuple[str, str, Any]], int]:
     """``text`` fed to a CallStream ``size`` characters at a time: the content, each call's (id, name, arguments)
     and how many deltas carried a call."""
-    from triton_serve_openai.tools import CallStream
+    from triton_serve_openai.streamed_calls import CallStream
 
     stream, deltas = CallStream(parser), []
     for start in range(0, len(text), size):

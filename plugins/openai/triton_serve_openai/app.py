@@ -23,7 +23,8 @@ from .contract import VLLM, Contract, Piece, Sampling
 from .embeddings import create_embeddings
 from .errors import OpenAIError
 from .templates import load_template
-from .tools import CallStream, ToolRequest, parse_calls, tool_request
+from .streamed_calls import CallStream
+from .tools import ToolRequest, parse_calls, tool_request
 
 log = logging.getLogger(__name__)
 
@@ -371,17 +372,18 @@ class _Answer:
                 deltas.append(({"tool_calls": [{"index": 0, "id": choice.call_id, "type": "function", "function": {
                     "name": self.tools.function["name"], "arguments": ""}}]}, None))
             if text or final:
-                deltas.append(({"tool_calls": [{"index": 0, "function": {"arguments": text}}]} if text else {},
+                deltas.append(({"tool_calls": [{"index": 0, "type": "function", "function": {"arguments": text}}]}
+                               if text else {},
                                reason))
             return deltas
         assert choice.calls is not None
-        deltas = choice.calls.feed(text) + (choice.calls.finish() if final else [])
+        pieces = choice.calls.feed(text) + (choice.calls.finish() if final else [])
         if not final:
-            return [(delta, None) for delta in deltas]
+            return [(piece, None) for piece in pieces]
         reason = "tool_calls" if choice.calls.calls else reason
-        if not deltas:
-            deltas = [{} if choice.calls.calls else {"content": ""}]
-        return [(delta, None) for delta in deltas[:-1]] + [(deltas[-1], reason)]
+        if not pieces:
+            pieces = [{} if choice.calls.calls else {"content": ""}]
+        return [(piece, None) for piece in pieces[:-1]] + [(pieces[-1], reason)]
 
     def _logprobs(self, entries: list[dict[str, dict[str, Any]]], offset: int) -> dict[str, Any] | None:
         """OpenAI's logprobs for tokens the model reported them for (None unless asked for): chat's ``content``

@@ -124,9 +124,10 @@ async def answer(path: str, name: str, config: ModelConfig, body: dict[str, Any]
                                  add_generation_prompt=_flag(body, "add_generation_prompt", True))
         special = _flag(body, "add_special_tokens", False)
     else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
+        given = body.get("prompt")
+        if not isinstance(given, str):
             raise bad_field("prompt", "'prompt' must be a string (or send 'messages')")
+        prompt = given
         special = _flag(body, "add_special_tokens", True)
     encoding = await asyncio.to_thread(tokenizer.encode, prompt, add_special_tokens=special)
     return {"count": len(encoding.ids), "max_model_len": max_model_len(tokenizer_directory(config)),
