@@ -39,6 +39,12 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        from tqdm import tqdm  # a library's progress bar, as weights loading draws one
+
+        for _ in tqdm(range(3), desc="warming up"):
+            pass
+
     def execute(self, requests):
         responses = []
         for request in requests:
@@ -187,6 +193,14 @@ def test_lines_have_tritons_shapes_and_go_to_the_log_file(server: ServerProcess,
         assert all(shape.fullmatch(line) for line in lines), lines
     assert any('"serving HTTP on 127.0.0.1:' in line for line in server.lines())
     assert "serving HTTP on" not in server.stderr_file.read_text()  # the log file has the log, not stderr
+
+
+def test_each_event_is_one_line_and_progress_bars_stay_off_the_log(server: ServerProcess) -> None:
+    text = server.log_file.read_text() + server.stderr_file.read_text()
+    assert "warming up" not in text  # stderr is no terminal here
+    assert "Started server process" not in text  # uvicorn's own lifecycle lines, once per socket it serves
+    for event in ("serving HTTP on", "serving gRPC", "serving metrics on", "loaded 'pylog' version 1"):
+        assert text.count(event) == 1, (event, text)
 
 
 def test_verbose_level_reaches_every_process(server: ServerProcess, settings_restored: dict[str, Any]) -> None:

@@ -455,6 +455,8 @@ async def _run(options: ServerOptions) -> None:
     log = logging.getLogger("triton_serve")
     if options.allow_http:
         log.info("serving HTTP on %s:%d", options.http_address, options.http_port)
+    if options.allow_grpc:  # once, however many front-end processes serve it (each says more at verbose level)
+        log.info("serving gRPC on %s:%d", options.grpc_address, options.grpc_port)
     await server.wait_stopped()
 
 

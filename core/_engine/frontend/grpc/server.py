@@ -162,7 +162,7 @@ class GrpcFrontend:
                               "(address in use or not available)")
         await server.start()
         self._server = server
-        log.info("serving gRPC%s on %s", " with TLS" if credentials is not None else "", self.target)
+        log.debug("serving gRPC%s on %s", " with TLS" if credentials is not None else "", self.target)
 
     async def _start_native(self) -> None:
         options = self.options
@@ -180,7 +180,7 @@ class GrpcFrontend:
             raise unavailable(f"failed to start the gRPC front-end: cannot bind {self.target} "
                               "(address in use or not available)") from None
         self._native = server
-        log.info("serving gRPC (native transport%s) on %s", ", TLS" if tls is not None else "", self.target)
+        log.debug("serving gRPC (native transport%s) on %s", ", TLS" if tls is not None else "", self.target)
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop accepting calls; in-flight calls get ``grace`` seconds to finish before they are cancelled."""
