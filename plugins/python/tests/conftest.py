@@ -65,6 +65,13 @@ class ModelTestKit:
         return sorted(path.name for path in SHM.glob(prefix + "*"))
 
     @staticmethod
+    def mapped_arenas(prefix: str) -> set[str]:
+        """The arenas this process (an in-process server) maps, by name: /proc/self/maps shows each mapping as
+        ``/dev/shm/<name> (deleted)`` once its worker has removed the name."""
+        return {line.split("/dev/shm/", 1)[1].split()[0] for line in Path("/proc/self/maps").read_text().splitlines()
+                if f"/dev/shm/{prefix}" in line}
+
+    @staticmethod
     def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = 60.0) -> None:
         """Poll ``condition`` until it holds; fail (naming ``what``) if it never does. Not a timing assertion."""
         deadline = time.monotonic() + deadline_s

@@ -215,4 +215,4 @@ def test_failing_initialize_fails_the_load_with_the_reason(kit: Any, tmp_path: P
     assert "gives input 'X' dims [2], but auto_complete_config gives [3]" in reasons["bad_auto_complete"]
     assert _healthy_serves(kit, client) and client.is_model_ready("healthy")
     assert not client.is_server_ready()  # strict readiness: a model that should be loaded is not
-    assert len(kit.shm_entries(shm_prefix)) == 2  # only the healthy worker's two arenas
+    assert kit.shm_entries(shm_prefix) == [] and len(kit.mapped_arenas(shm_prefix)) == 2  # the healthy worker's

@@ -14,10 +14,13 @@ _counter = itertools.count()
 
 
 class Arena:
-    """A shared-memory segment the server creates, owns and unlinks: ``<prefix><server pid>_<n>``.
+    """A shared-memory segment the server creates and owns: ``<prefix><server pid>_<n>``.
 
     Each worker has two, one per direction, which it maps by name. One too small for a batch is replaced
-    by a larger one (growing in steps of ``shm-growth-byte-size``).
+    by a larger one (growing in steps of ``shm-growth-byte-size``). The worker removes the name as soon as it
+    has mapped the segment (``attach``): the memory lives on in the two mappings and goes with the last of
+    them, so nothing is left in /dev/shm however the processes end, SIGKILL included. Only a segment the
+    worker has not mapped yet has a name, which the server's resource tracker removes if the server dies.
     """
 
     def __init__(self, prefix: str, size: int) -> None:
@@ -30,25 +33,30 @@ class Arena:
         return mapped_bytes(self._shm)
 
     def release(self) -> None:
-        """Remove the segment's name at once; the memory goes when every mapping is closed."""
+        """Remove the segment's name if the worker did not, and this mapping; the memory goes when every mapping
+        is closed."""
         try:
             self._shm.unlink()
-        except FileNotFoundError:
-            pass
+        except FileNotFoundError:  # the worker removed it: the resource tracker need not (its name has a "/")
+            resource_tracker.unregister(f"/{self.name}", "shared_memory")
         close_mapping(self._shm)
 
 
 def attach(name: str) -> SharedMemory:
-    """Map an arena the server created, without handing it to this process's resource tracker: the server
-    owns and unlinks it, and Python before 3.13 (no ``track=False``) would unlink it when the worker exits."""
+    """Map an arena the server created and remove its name (see ``Arena``), without this process's resource
+    tracker: the server owns the segment, and Python before 3.13 (no ``track=False``) would track it here."""
     if sys.version_info >= (3, 13):
-        return SharedMemory(name, track=False)
-    register = resource_tracker.register
-    resource_tracker.register = lambda *args: None
+        shm = SharedMemory(name, track=False)
+        shm.unlink()
+        return shm
+    register, unregister = resource_tracker.register, resource_tracker.unregister
+    resource_tracker.register = resource_tracker.unregister = lambda *args: None
     try:
-        return SharedMemory(name)
+        shm = SharedMemory(name)
+        shm.unlink()
+        return shm
     finally:
-        resource_tracker.register = register
+        resource_tracker.register, resource_tracker.unregister = register, unregister
 
 
 def mapped_bytes(shm: SharedMemory) -> memoryview:
