@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 
@@ -101,7 +102,6 @@ def test_counts_usage_tokens_and_keeps_to_the_concurrency() -> None:
 def test_counts_chunks_with_text_without_usage_and_reports_failures() -> None:
     async def scenario(url: str, _: FakeServer) -> Any:
         chunks = await llm_load.drive(url, "chunks", "Hello", 7, 2, requests=4)
-        import aiohttp
         async with aiohttp.ClientSession() as session:
             one = await llm_load.one_stream(session, f"{url}/v1/completions", llm_load.completion_body("chunks", "", 1))
         broken = await llm_load.drive(url, "broken", "Hello", 7, 1, requests=2)
