@@ -27,6 +27,9 @@ from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, 
 from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
 from ._engine.scheduling import InstancePool, ModelContext, Scheduler
 from ._engine.frontend.openai_listener import OpenAIOptions
+from ._engine.frontend.frontends import FrontendOptions, Frontends
+from ._engine.frontend.process import RemoteDataPlane
+from ._engine.frontend_pool import serve_channel
 from ._engine.seam import REMOTE_CALLS, DataPlaneAPI, ForwardingDataPlane, call_by_name, infer_one
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
@@ -65,4 +68,6 @@ __all__ = [
     "Server", "ServerOptions", "OpenAIOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
     # forwarding the data-plane seam to where the models are (triton-serve-ray's ingress and replicas)
     "ForwardingDataPlane", "REMOTE_CALLS", "call_by_name",
+    # the front-ends over a forwarder, and the binary channel to a model owner over TCP (triton-serve-ray)
+    "Frontends", "FrontendOptions", "RemoteDataPlane", "serve_channel",
 ]

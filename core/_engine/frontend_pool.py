@@ -144,6 +144,16 @@ class _Endpoint(asyncio.Protocol):
         self._write(reply)
 
 
+async def serve_channel(dataplane: DataPlane, host: str, port: int) -> asyncio.Server:
+    """Serve ``dataplane`` over the channel on a TCP port (0: any free one): each connection is a front-end
+    elsewhere (a ``RemoteDataPlane`` connected with ``connect_tcp``), answered as a front-end process is."""
+    loop = asyncio.get_running_loop()
+
+    def endpoint() -> _Endpoint:
+        return _Endpoint(dataplane, loop.create_future())  # no STARTED frame comes over TCP
+    return await loop.create_server(endpoint, host, port)
+
+
 class _FrontendProcess:
     """One front-end process, relaunched by its pool when it dies."""
 

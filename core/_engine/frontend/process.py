@@ -58,6 +58,12 @@ class RemoteDataPlane(ForwardingDataPlane):
         transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
         self._writer = channel.FrameWriter(transport)
 
+    async def connect_tcp(self, host: str, port: int) -> None:
+        """Connect to a data plane that ``serve_channel`` serves on another host (or process)."""
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_connection(lambda: _OwnerConnection(self), host, port)
+        self._writer = channel.FrameWriter(transport)
+
     def send_frame(self, frame: bytes) -> None:
         if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")

@@ -1,4 +1,5 @@
-"""Builds the Ray Serve application for a model repository: a deployment per model behind one HTTP ingress."""
+"""Builds the Ray Serve application for a model repository: a deployment per model behind a front door that
+routes each request straight to a model replica."""
 from __future__ import annotations
 
 import asyncio
@@ -11,13 +12,11 @@ from ray.serve.handle import DeploymentHandle
 
 from triton_serve.plugin import Server, ServerOptions
 
-from .ingress import KServeIngress
+from .frontdoor import FrontDoor
 from .options import AppArgs
 from .replica import ModelReplica
 
-INGRESS = "KServeIngress"  # the ingress deployment's name; the model deployments are named after their models
-# The ingress only waits on the model deployments: let it hold many requests (Ray's default is 5 per replica).
-INGRESS_DEFAULTS = {"max_ongoing_requests": 256}
+INGRESS = "TritonFrontDoor"  # the front door deployment's name; the model deployments are named after their models
 
 
 def list_models(locations: list[str]) -> list[str]:
@@ -46,8 +45,8 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         raise ValueError(f"a model may not be named '{INGRESS}': the ingress deployment has that name")
     models = {name: _deployment(ModelReplica).options(name=name, **options.options_for(name))
               .bind(options.model_repository, name, options.backend_config) for name in names}
-    ingress = _deployment(KServeIngress).options(name=INGRESS, **{**INGRESS_DEFAULTS, **options.ingress_options})
-    return ingress.bind(models, options.server_id, options.http_max_input_size)
+    ingress = _deployment(FrontDoor).options(name=INGRESS, **options.ingress_options)
+    return ingress.bind(models, options.server_id, options.frontend_options())
 
 
 def _deployment(cls: type) -> Deployment:
@@ -56,7 +55,8 @@ def _deployment(cls: type) -> Deployment:
 
 
 def deploy(model_repository: str | list[str], *, name: str = "triton", **args: Any) -> DeploymentHandle:
-    """Deploy the repository on the Ray cluster this process is connected to (Serve starts one if none),
-    as application ``name`` at route prefix ``/``, and wait until every replica is ready. ``args``
-    are the other ``AppArgs`` fields. Returns the ingress's handle."""
-    return serve.run(build_app({"model_repository": model_repository, **args}), name=name, route_prefix="/")
+    """Deploy the repository on the Ray cluster this process is connected to (Serve starts one if none, without
+    Ray's HTTP proxy) as application ``name``, and wait until every replica is ready and the front door
+    listens. ``args`` are the other ``AppArgs`` fields. Returns the front door's handle."""
+    serve.start(proxy_location="Disabled")  # the front door is ours; no effect when Serve already runs
+    return serve.run(build_app({"model_repository": model_repository, **args}), name=name, route_prefix=None)

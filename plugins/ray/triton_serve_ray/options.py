@@ -17,7 +17,7 @@ class AppArgs(BaseModel):
     ``deployment_options`` maps a model name (or ``"*"``: every model) to options of Ray's
     ``Deployment.options`` (``num_replicas``, ``autoscaling_config``, ``ray_actor_options``,
     ``max_ongoing_requests``...); a model's own entry wins, key by key, over ``"*"``.
-    ``ingress_options`` are the same options for the KServe v2 HTTP ingress deployment.
+    ``ingress_options`` are the same options for the front door's deployment (``TritonFrontDoor``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -29,6 +29,9 @@ class AppArgs(BaseModel):
     backend_config: dict[str, dict[str, str]] = Field(default_factory=dict)  # as --backend-config
     server_id: str = "triton"  # the server metadata's "name" (tritonserver --id)
     http_max_input_size: int = Field(default=DEFAULT_MAX_INPUT_SIZE, gt=0)  # as --http-max-input-size
+    host: str = "0.0.0.0"  # the front door's address, as --http-address and --grpc-address
+    http_port: int = Field(default=8000, ge=0, le=65535)  # as --http-port
+    grpc_port: int = Field(default=8001, ge=0, le=65535)  # as --grpc-port
 
     @field_validator("model_repository", "models", mode="before")
     @classmethod
@@ -50,6 +53,11 @@ class AppArgs(BaseModel):
     def options_for(self, model: str) -> dict[str, Any]:
         """The Ray deployment options of ``model``'s deployment: ``"*"``'s, then its own."""
         return {**self.deployment_options.get(EVERY_MODEL, {}), **self.deployment_options.get(model, {})}
+
+    def frontend_options(self) -> dict[str, Any]:
+        """The front door's ``FrontendOptions`` fields."""
+        return {"http_address": self.host, "http_port": self.http_port, "grpc_address": self.host,
+                "grpc_port": self.grpc_port, "http_max_input_size": self.http_max_input_size}
 
     def unknown_models(self, available: list[str]) -> list[str]:
         """Names in ``models`` or ``deployment_options`` that no repository holds."""

@@ -1,20 +1,27 @@
-"""One replica of a model's deployment: the triton-serve core, loading that one model, without front-ends."""
+"""One replica of a model's deployment: the triton-serve core, loading that one model, serving the channel on a
+TCP port that the front doors reach it on."""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
 
-from triton_serve.plugin import Server, ServerError, ServerOptions, call_by_name, infer_one
+import ray
+from ray import serve
 
-from .wire import Reply, WireRequest, WireResponse
+from triton_serve.plugin import Server, ServerOptions, serve_channel
+
+from .registry import HEARTBEAT_S, registry_of
+
+log = logging.getLogger("triton_serve_ray")
 
 
 class ModelReplica:
-    """Serves one model the way triton-serve does: the same repository, backends and data plane.
+    """Serves one model the way triton-serve does: the same repository, backends and data plane, as the model
+    owner of a channel listener (the one front-end processes use) on a free TCP port of its node.
 
     Ray Serve constructs it (``__init__`` loads the model; a load failure fails the replica, with the
-    reason), calls its methods from the ingress through a deployment handle, and calls
-    ``check_health`` periodically. Every method runs on the replica's event loop. Each returns a
-    ``Reply``, so a ServerError reaches the ingress with its Triton status.
+    reason) and calls ``check_health`` periodically. The replica reports its channel address to the
+    application's registry while it lives; the front doors route requests to it from there.
     """
 
     async def __init__(self, model_repository: list[str], model: str,  # type: ignore[misc]  # Ray Serve awaits it
@@ -30,32 +37,34 @@ class ModelReplica:
             await server.stop()
             raise RuntimeError(f"model '{model}' failed to load: {'; '.join(reasons) or 'no reason given'}")
         self.server = server
-        self.dataplane = server.dataplane
+        self.listener = await serve_channel(server.dataplane, "0.0.0.0", 0)
+        port = self.listener.sockets[0].getsockname()[1]
+        self.address = f"{ray.util.get_node_ip_address()}:{port}"
+        self.registry = registry_of(serve.get_replica_context().app_name)
+        self.heartbeat = asyncio.get_running_loop().create_task(self._report())
 
-    async def infer(self, wire: WireRequest, decoupled_error: str) -> Reply:
-        """Run one request through the data plane; the reply holds a WireResponse."""
-        request = wire.to_request()
-        try:
-            response = await infer_one(self.dataplane, request, decoupled_error)
-        except ServerError as error:
-            return Reply.failed(error)
-        return Reply(WireResponse.of(response, request.model_version))
-
-    async def call(self, method: str, args: tuple[Any, ...]) -> Reply:
-        """Answer one call of the data-plane seam that the ingress forwarded (``RayDataPlane.forward``) with
-        this replica's data plane, which serves every model of its server (this one, an ensemble's steps)."""
-        try:
-            return Reply(await call_by_name(self.dataplane, method, args))
-        except ServerError as error:
-            return Reply.failed(error)
+    async def _report(self) -> None:
+        """Tell the registry this replica serves, every HEARTBEAT_S."""
+        while True:
+            try:
+                await self.registry.heartbeat.remote(self.model, self.address)
+            except Exception as error:  # the registry is being restarted; the next beat reaches its successor
+                log.warning("replica %s of '%s': could not report to the registry: %s", self.address, self.model,
+                            error)
+                self.registry = registry_of(serve.get_replica_context().app_name)
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def check_health(self) -> None:
         """Ray Serve's health check: raising makes Ray replace this replica."""
-        if not await self.dataplane.model_ready(self.model):
+        if not await self.server.dataplane.model_ready(self.model):
             raise RuntimeError(f"model '{self.model}' is not ready in this replica")
 
     async def __del__(self) -> None:
-        """Ray Serve calls this when it stops the replica: unload the model, stop its backend processes."""
-        server = getattr(self, "server", None)
-        if server is not None:
-            await server.stop()
+        """Ray Serve calls this when it stops the replica: leave the registry, then stop serving."""
+        heartbeat = getattr(self, "heartbeat", None)
+        if heartbeat is None:
+            return
+        heartbeat.cancel()
+        await self.registry.leave.remote(self.model, self.address)
+        self.listener.close()
+        await self.server.stop()

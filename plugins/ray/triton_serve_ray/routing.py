@@ -1,0 +1,238 @@
+"""The front door's data plane: the data-plane seam forwarded over the binary channel straight to a replica of the
+model's deployment (one hop), with the replicas' addresses from the registry."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import triton_serve
+from triton_serve.plugin import ForwardingDataPlane, InferenceRequest, InferenceResponse, RemoteDataPlane, ServerError, Status
+
+from .ray_dataplane import EXTENSIONS, REFUSED, joined
+
+log = logging.getLogger("triton_serve_ray")
+
+ATTEMPTS = 3  # replicas a request or call is sent to before it is answered UNAVAILABLE
+REFRESH_S = 0.5  # how often the routing table is read from the registry
+REPLICA_WAIT_S = 10.0  # how long a request waits for its model to have a live replica (one being replaced)
+CONNECT_TIMEOUT_S = 5.0
+POLL_S = 0.05
+
+TableSource = Callable[[], Awaitable[dict[str, list[str]]]]
+
+
+class Replica:
+    """One replica's channel (a ``RemoteDataPlane`` over TCP) and the requests it holds now."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.link = RemoteDataPlane()
+        self.connected = False
+        self.outstanding = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.connected and not self.link.lost.is_set()
+
+    async def connect(self) -> None:
+        host, port = self.address.rsplit(":", 1)
+        await asyncio.wait_for(self.link.connect_tcp(host, int(port)), CONNECT_TIMEOUT_S)
+        self.connected = True
+
+
+def no_replica(model: str, why: str) -> ServerError:
+    return ServerError(f"model '{model}' is unavailable: {why}", Status.UNAVAILABLE)
+
+
+class ChannelDataPlane(ForwardingDataPlane):
+    """The seam the front door's HTTP and gRPC front-ends call. A call or request naming a model goes to the
+    live replica of that model holding the fewest requests; one naming none to a replica of every model, the
+    answers joined; those ``REFUSED`` are refused. A request whose replica's channel closes before it
+    answered (the replica died) is sent to another replica, ``ATTEMPTS`` replicas in all, then answered
+    UNAVAILABLE; one that already streamed responses is answered UNAVAILABLE at once.
+
+    ``start()`` begins reading the routing table (model -> replica addresses) from ``table`` every
+    ``REFRESH_S``; ``stop()`` ends it. Runs on one event loop.
+    """
+
+    def __init__(self, models: list[str], server_id: str, table: TableSource) -> None:
+        self.models = sorted(models)
+        self.server_id = server_id
+        self.trace_armed = False  # each replica is a server of its own: no tracing through the front door
+        self.accepting = True
+        self._table = table
+        self._routes: dict[str, list[Replica]] = {}
+        self._replicas: dict[str, Replica] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._refresher: asyncio.Task[None] | None = None
+
+    # ---- the routing table ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            try:
+                await self.refresh()
+            except Exception as error:  # the registry is being restarted: keep the table until it answers
+                log.warning("could not read the replicas' addresses: %s", error)
+
+    async def refresh(self) -> None:
+        """Read the table; connect to replicas new in it, stop routing to those gone from it."""
+        table = await self._table()
+        listed = {address for addresses in table.values() for address in addresses}
+        for address in listed - set(self._replicas):
+            replica = self._replicas[address] = Replica(address)
+            self._spawn(self._connect(replica))
+        for address in set(self._replicas) - listed:
+            del self._replicas[address]
+        self._routes = {model: [self._replicas[address] for address in table.get(model, [])] for model in self.models}
+
+    async def _connect(self, replica: Replica) -> None:
+        try:
+            await replica.connect()
+        except (OSError, asyncio.TimeoutError) as error:
+            log.warning("replica at %s: could not connect: %s", replica.address, error)
+            self._replicas.pop(replica.address, None)  # tried again if the registry still lists it
+
+    def _spawn(self, coroutine: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _pick(self, model: str, tried: frozenset[str]) -> Replica | None:
+        live = [replica for replica in self._routes.get(model, ()) if replica.alive and replica.address not in tried]
+        return min(live, key=lambda replica: replica.outstanding) if live else None
+
+    async def _replica_for(self, model: str, tried: frozenset[str] = frozenset(),
+                           wait_s: float = REPLICA_WAIT_S) -> Replica:
+        """A live replica of ``model`` not in ``tried``, waiting up to ``wait_s`` for one to appear."""
+        if model not in self.models:
+            raise ServerError(f"Request for unknown model: '{model}' is not found", Status.NOT_FOUND)
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while (replica := self._pick(model, tried)) is None:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise no_replica(model, f"no live replica within {wait_s:g} s")
+            await asyncio.sleep(POLL_S)
+        return replica
+
+    # ---- calls ----------------------------------------------------------------------------------
+
+    async def forward(self, method: str, arguments: dict[str, Any]) -> Any:
+        """Refuse the call, or send it to a replica of the model it names, or of every model (joined)."""
+        refused = REFUSED.get(method)
+        if refused is not None:
+            raise ServerError(*refused)
+        if arguments.get("name"):
+            return await self._call(arguments["name"], method, arguments)
+        answers = await asyncio.gather(*(self._call(model, method, arguments) for model in self.models))
+        return joined(method, dict(zip(self.models, answers)))
+
+    async def _call(self, model: str, method: str, arguments: dict[str, Any]) -> Any:
+        tried: frozenset[str] = frozenset()
+        while True:
+            replica = await self._replica_for(model, tried)
+            try:
+                return await replica.link.forward(method, arguments)
+            except ServerError:
+                if replica.alive:
+                    raise  # the replica's own answer
+                tried |= {replica.address}
+                if len(tried) >= ATTEMPTS:
+                    raise no_replica(model, f"{ATTEMPTS} replicas went away during '{method}'") from None
+
+    async def live(self) -> bool:
+        return True
+
+    async def server_ready(self) -> bool:
+        """Every deployed model has a live replica that reports it ready."""
+        return self.accepting and all(await asyncio.gather(*(self.model_ready(model) for model in self.models)))
+
+    async def server_metadata(self) -> dict[str, Any]:
+        return {"name": self.server_id, "version": triton_serve.__version__, "extensions": list(EXTENSIONS)}
+
+    async def model_ready(self, name: str, version: int | None = None) -> bool:
+        """False for a model that is not deployed or has no live replica now; else its replica's answer."""
+        try:
+            replica = await self._replica_for(name, wait_s=0)
+            return bool(await replica.link.forward("model_ready", {"name": name, "version": version}))
+        except ServerError:
+            return False
+
+    # ---- inference ------------------------------------------------------------------------------
+
+    def submit(self, request: InferenceRequest, *, decoupled_error: str | None = None) -> None:
+        """Send ``request`` to a replica of its model; its responses come back through ``request.send``."""
+        if request.model_name not in self.models:
+            raise ServerError(f"Request for unknown model: '{request.model_name}' is not found", Status.NOT_FOUND)
+        self._route(request, decoupled_error, frozenset())
+
+    def _route(self, request: InferenceRequest, decoupled_error: str | None, tried: frozenset[str]) -> None:
+        replica = self._pick(request.model_name, tried)
+        if replica is not None:
+            self._send(replica, request, decoupled_error, tried)
+        else:
+            self._spawn(self._route_when_live(request, decoupled_error, tried))
+
+    async def _route_when_live(self, request: InferenceRequest, decoupled_error: str | None,
+                               tried: frozenset[str]) -> None:
+        try:
+            replica = await self._replica_for(request.model_name, tried)
+        except ServerError as error:
+            request.fail(error)
+            return
+        if not request.cancelled.is_set():
+            self._send(replica, request, decoupled_error, tried)
+
+    def _send(self, replica: Replica, request: InferenceRequest, decoupled_error: str | None,
+              tried: frozenset[str]) -> None:
+        """One attempt: a copy of the request (its own response channel) on ``replica``'s link, whose responses
+        are passed on to ``request``, unless the link closes before the first one: then another attempt."""
+        attempt = InferenceRequest(request.model_name, request.model_version, id=request.id, inputs=request.inputs,
+                                   outputs=request.outputs, parameters=request.parameters)
+        answered = False
+        loop = asyncio.get_running_loop()
+
+        def retry_or_answer(response: InferenceResponse) -> None:
+            if not replica.link.lost.is_set() or request.cancelled.is_set():
+                request.model_version = attempt.model_version
+                request.send(response)
+                return
+            now_tried = tried | {replica.address}
+            if len(now_tried) >= ATTEMPTS:
+                request.fail(no_replica(request.model_name, f"{ATTEMPTS} replicas went away during the request"))
+                return
+            log.warning("model '%s': replica %s went away; sending the request to another", request.model_name,
+                        replica.address)
+            self._route(request, decoupled_error, now_tried)
+
+        def sink(response: InferenceResponse | None, final: bool) -> None:
+            nonlocal answered
+            if final:
+                replica.outstanding -= 1
+            if not answered and final and response is not None and response.error is not None:
+                # The link closes by failing its requests, then marking itself lost: decide once it has.
+                loop.call_soon(retry_or_answer, response)
+                return
+            answered = True
+            request.model_version = attempt.model_version
+            request.send(response, final=final)
+
+        attempt.set_sink(sink)
+        replica.outstanding += 1
+        try:
+            replica.link.submit(attempt, decoupled_error=decoupled_error)
+        except ServerError:  # the link closed a moment ago
+            replica.outstanding -= 1
+            self._route(request, decoupled_error, tried | {replica.address})
+            return
+        request.on_cancel = attempt.cancel
