@@ -64,6 +64,11 @@ class RemoteDataPlane(ForwardingDataPlane):
         transport, _ = await loop.create_connection(lambda: _OwnerConnection(self), host, port)
         self._writer = channel.FrameWriter(transport)
 
+    def close(self) -> None:
+        """Close the channel: the requests and calls still waiting on it fail UNAVAILABLE."""
+        if self._writer is not None:
+            self._writer.transport.close()
+
     def send_frame(self, frame: bytes) -> None:
         if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")

@@ -1,10 +1,11 @@
-"""The example repository on a two-node local Ray cluster: answers through tritonclient, the same HTTP
-protocol as the single server, autoscaling up and down, a killed replica replaced without failed requests,
-and a model that cannot load."""
+"""The example repository on a two-node local Ray cluster behind the front door: answers through tritonclient HTTP
+and gRPC (a decoupled stream too), the same HTTP protocol as the single server, readiness, a killed replica
+replaced without a lost request, and a model that cannot load."""
 from __future__ import annotations
 
 import gzip
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import ray
+import tritonclient.grpc as grpc
 import tritonclient.http as http
 from ray import serve
 from ray.cluster_utils import Cluster
@@ -28,39 +30,59 @@ NODE_CPUS = 2  # logical CPUs Ray may schedule per node; every replica here asks
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; Ray's minimum is 75 MiB
 SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
 APP = "triton"
-MODELS = ["add_sub", "identity_bytes"]
-SCALED = "identity_bytes"  # autoscaled between 1 and 2 replicas
+MODELS = ["add_sub", "identity_bytes", "token_streamer"]
+SCALED = "identity_bytes"  # one replica
 FIXED = "add_sub"  # two replicas
-AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
-               "upscale_delay_s": 1, "downscale_delay_s": 3}
+STREAMER = "token_streamer"  # decoupled
 SCALE_TIMEOUT_S = 150  # starting a replica on a busy 2-core machine can take a while
 
 
 @pytest.fixture(scope="module")
-def serve_url() -> Iterator[str]:
-    """A local cluster, a head and one worker node, with Serve's HTTP proxy on a free loopback port."""
+def cluster() -> Iterator[None]:
+    """A local cluster, a head and one worker node, with Serve and without its HTTP proxy (the front door is ours)."""
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": NODE_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES)
         ray.init(address=cluster.address, log_to_driver=False)
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
-        yield f"127.0.0.1:{port}"
+        serve.start(proxy_location="Disabled")
+        yield
     finally:
         serve.shutdown()
         ray.shutdown()
         cluster.shutdown()
 
 
+@dataclass
+class FrontDoor:
+    http: str
+    grpc: str
+
+
 @pytest.fixture(scope="module")
-def ray_url(serve_url: str, example_repository: Path) -> Iterator[str]:
-    """The example repository's add_sub and identity_bytes deployed as `serve run` would, options as text."""
+def front_door(cluster: None, example_repository: Path) -> Iterator[FrontDoor]:
+    """add_sub (two replicas), identity_bytes and token_streamer deployed as `serve run` would, options as text."""
+    ports = free_port(), free_port()
     deploy(str(example_repository), name=APP, models=",".join(MODELS), deployment_options=json.dumps({
-        "*": SMALL, FIXED: {"num_replicas": 2}, SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
-    }), ingress_options=json.dumps(SMALL))
-    yield serve_url
+        "*": SMALL, FIXED: {"num_replicas": 2}}), ingress_options=json.dumps(SMALL), host="127.0.0.1",
+        http_port=str(ports[0]), grpc_port=str(ports[1]))
+    door = FrontDoor(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}")
+    client = http.InferenceServerClient(door.http)
+    wait_until(lambda: ready(client), 60, "the front door to see a ready replica of every model")
+    yield door
     serve.delete(APP)
+
+
+@pytest.fixture(scope="module")
+def ray_url(front_door: FrontDoor) -> str:
+    return front_door.http
+
+
+def ready(client: http.InferenceServerClient) -> bool:
+    try:
+        return bool(client.is_server_ready())
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +163,7 @@ def test_health_metadata_config_and_index(ray_url: str) -> None:
     assert model["platform"] == "python" and [i["name"] for i in model["inputs"]] == ["INPUT0", "INPUT1"]
     assert client.get_model_config(FIXED)["max_batch_size"] == 8
     index = client.get_model_repository_index()
-    assert [(m["name"], m["state"]) for m in index] == [(FIXED, "READY"), (SCALED, "READY")]
+    assert [(m["name"], m["state"]) for m in index] == [(FIXED, "READY"), (SCALED, "READY"), (STREAMER, "READY")]
     stats = client.get_inference_statistics(FIXED)["model_stats"]
     assert [(s["name"], s["version"]) for s in stats] == [(FIXED, "1")]
 
@@ -157,6 +179,50 @@ def test_what_ray_does_not_serve_is_refused_with_a_reason(ray_url: str) -> None:
     text.set_data_from_numpy(np.array([[b"not deployed"]], dtype=np.object_))
     with pytest.raises(InferenceServerException, match="Request for unknown model: 'tokenizer' is not found"):
         client.infer("tokenizer", [text])
+
+
+# ---- gRPC ----------------------------------------------------------------------------------------
+
+def test_grpc_unary_and_metadata(front_door: FrontDoor) -> None:
+    client = grpc.InferenceServerClient(front_door.grpc)
+    try:
+        assert client.is_server_ready() and client.is_model_ready(FIXED)
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [grpc.InferInput("INPUT0", [1, 16], "INT32"), grpc.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+        result = client.infer(FIXED, inputs, request_id="g1")
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * a)
+        assert result.get_response().id == "g1" and result.get_response().model_version == "1"
+        assert client.get_model_metadata(FIXED).platform == "python"
+        assert [m.name for m in client.get_model_repository_index().models] == MODELS[:1] + [SCALED, STREAMER]
+        with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found"):
+            client.infer("nope", inputs)
+    finally:
+        client.close()
+
+
+def test_grpc_decoupled_stream_ends(front_door: FrontDoor) -> None:
+    client = grpc.InferenceServerClient(front_door.grpc)
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    text = grpc.InferInput("text_input", [1], "BYTES")
+    text.set_data_from_numpy(np.array([b"one two three"], dtype=np.object_))
+    try:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer(STREAMER, [text], request_id="s1", enable_empty_final_response=True)
+        tokens = []
+        while True:
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            response = result.get_response()  # type: ignore[attr-defined]
+            if response.outputs:
+                tokens.append(result.as_numpy("text_output")[0])  # type: ignore[attr-defined]
+            if response.parameters["triton_final_response"].bool_param:
+                break
+        assert tokens == [b"one", b"two", b"three"]
+    finally:
+        client.stop_stream()
+        client.close()
 
 
 # ---- the same protocol as the single server ----------------------------------------------------
@@ -256,24 +322,6 @@ def send_add_sub(client: http.InferenceServerClient, number: int) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), difference)
 
 
-def send_bytes(client: http.InferenceServerClient, number: int) -> None:
-    text = np.array([[f"load {number}".encode()] * 4], dtype=np.object_)
-    tensor = http.InferInput("INPUT0", [1, 4], "BYTES")
-    tensor.set_data_from_numpy(text)
-    np.testing.assert_array_equal(client.infer(SCALED, [tensor]).as_numpy("OUTPUT0"), text)
-
-
-def test_autoscaling_adds_a_replica_under_load_and_removes_it_when_idle(ray_url: str) -> None:
-    wait_until(lambda: running_replicas(SCALED) == 1, SCALE_TIMEOUT_S, f"{SCALED} at its minimum of one replica")
-    with Load(send_bytes, ray_url, threads=6) as load:
-        wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"a second {SCALED} replica under load")
-        served = load.done
-        wait_until(lambda: load.done > served + 20, 60, "requests served by the scaled-up deployment")
-    assert not load.failures, load.failures[:5]
-    wait_until(lambda: running_replicas(SCALED) == 1 and len(replica_actor_names(SCALED)) == 1,
-               SCALE_TIMEOUT_S, f"{SCALED} back to one replica once idle")
-
-
 def replaced(killed: str) -> bool:
     """A replica other than ``killed`` (and the one left) has started in its place."""
     names = replica_actor_names(FIXED)
@@ -306,14 +354,14 @@ output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] } ]
 """
 
 
-def test_a_model_that_fails_to_load_fails_its_deployment_with_the_reason(serve_url: str, tmp_path: Path) -> None:
+def test_a_model_that_fails_to_load_fails_its_deployment_with_the_reason(cluster: None, tmp_path: Path) -> None:
     (tmp_path / "broken" / "1").mkdir(parents=True)
     (tmp_path / "broken" / "config.pbtxt").write_text(BROKEN)
-    app = build_app({"model_repository": str(tmp_path), "ingress_options": SMALL,
+    app = build_app({"model_repository": str(tmp_path), "ingress_options": SMALL, "http_port": 0, "grpc_port": 0,
                      "deployment_options": {"*": {**SMALL, "max_constructor_retry_count": 1}}})
     try:
         with pytest.raises(RuntimeError, match=r"Failed to update the deployments \['broken'\]"):
-            serve.run(app, name="broken", route_prefix="/broken")
+            serve.run(app, name="broken", route_prefix=None)
         status = serve.status().applications["broken"].deployments["broken"]
         assert "model 'broken' failed to load" in status.message and "no_such_backend" in status.message
     finally:

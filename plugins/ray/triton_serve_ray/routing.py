@@ -75,8 +75,12 @@ class ChannelDataPlane(ForwardingDataPlane):
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
 
     def stop(self) -> None:
+        """Stop reading the table and close every replica's channel."""
         if self._refresher is not None:
             self._refresher.cancel()
+        for replica in self._replicas.values():
+            replica.link.close()
+        self._replicas.clear()
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -87,14 +91,17 @@ class ChannelDataPlane(ForwardingDataPlane):
                 log.warning("could not read the replicas' addresses: %s", error)
 
     async def refresh(self) -> None:
-        """Read the table; connect to replicas new in it, stop routing to those gone from it."""
+        """Read the table; connect to replicas new in it (or whose channel closed), close those gone from it."""
         table = await self._table()
         listed = {address for addresses in table.values() for address in addresses}
+        for address in listed & set(self._replicas):  # a channel that closed is opened again while listed
+            if self._replicas[address].link.lost.is_set():
+                del self._replicas[address]
         for address in listed - set(self._replicas):
             replica = self._replicas[address] = Replica(address)
             self._spawn(self._connect(replica))
-        for address in set(self._replicas) - listed:
-            del self._replicas[address]
+        for address in set(self._replicas) - listed:  # dead, or stopping: its requests in flight go elsewhere
+            self._replicas.pop(address).link.close()
         self._routes = {model: [self._replicas[address] for address in table.get(model, [])] for model in self.models}
 
     async def _connect(self, replica: Replica) -> None:
@@ -102,7 +109,11 @@ class ChannelDataPlane(ForwardingDataPlane):
             await replica.connect()
         except (OSError, asyncio.TimeoutError) as error:
             log.warning("replica at %s: could not connect: %s", replica.address, error)
-            self._replicas.pop(replica.address, None)  # tried again if the registry still lists it
+            if self._replicas.get(replica.address) is replica:
+                del self._replicas[replica.address]  # tried again if the registry still lists it
+            return
+        if self._replicas.get(replica.address) is not replica:  # gone from the table (or stopped) meanwhile
+            replica.link.close()
 
     def _spawn(self, coroutine: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -128,14 +139,21 @@ class ChannelDataPlane(ForwardingDataPlane):
     # ---- calls ----------------------------------------------------------------------------------
 
     async def forward(self, method: str, arguments: dict[str, Any]) -> Any:
-        """Refuse the call, or send it to a replica of the model it names, or of every model (joined)."""
+        """Refuse the call, or send it to a replica of the model it names, or of every model that has a live
+        replica (joined; the repository index lists the others UNAVAILABLE)."""
         refused = REFUSED.get(method)
         if refused is not None:
             raise ServerError(*refused)
         if arguments.get("name"):
             return await self._call(arguments["name"], method, arguments)
-        answers = await asyncio.gather(*(self._call(model, method, arguments) for model in self.models))
-        return joined(method, dict(zip(self.models, answers)))
+        served = [model for model in self.models if self._pick(model, frozenset()) is not None]
+        answers = await asyncio.gather(*(self._call(model, method, arguments) for model in served))
+        answer = joined(method, dict(zip(served, answers)))
+        if method == "repository_index" and not arguments["ready_only"]:  # the models without a replica now
+            answer += [{"name": model, "state": "UNAVAILABLE", "reason": "no live replica"}
+                       for model in self.models if model not in served]
+            answer.sort(key=lambda entry: entry["name"])
+        return answer
 
     async def _call(self, model: str, method: str, arguments: dict[str, Any]) -> Any:
         tried: frozenset[str] = frozenset()

@@ -1,0 +1,163 @@
+"""The front door's routing without Ray: ``ChannelDataPlane`` over the channel to real model owners (processes
+serving add_sub on a TCP channel port), a routing table the test controls, readiness, and a replica killed
+under load."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from triton_serve.plugin import InferenceRequest, ServerError, Status, Tensor, infer_one
+from triton_serve_ray import routing
+from triton_serve_ray.routing import ChannelDataPlane
+
+# A model owner serving its data plane on a channel port: prints the port, serves until killed.
+REPLICA = """
+import asyncio, sys
+from triton_serve.plugin import Server, ServerOptions, serve_channel
+
+async def main():
+    server = Server(ServerOptions(model_repositories=[sys.argv[1]], model_control_mode="explicit",
+                                  load_models=["add_sub"], allow_http=False, allow_grpc=False, allow_metrics=False))
+    await server.start()
+    listener = await serve_channel(server.dataplane, "127.0.0.1", 0)
+    print(listener.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+START_TIMEOUT_S = 120
+
+
+class Replica:
+    def __init__(self, repository: Path) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", REPLICA, str(repository)], stdout=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+
+    def address(self) -> str:
+        line = self.process.stdout.readline()  # type: ignore[union-attr]  # bounded: the test's timeout below
+        assert line.strip().isdigit(), f"the replica exited before serving ({self.process.poll()})"
+        return f"127.0.0.1:{line.strip()}"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the model owner and its backend's worker processes
+        self.process.wait(30)
+        self.process.stdout.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def replicas(example_repository: Path) -> Iterator[list[tuple[Replica, str]]]:
+    """Two model owners of add_sub, each a replica at its own address."""
+    started = [Replica(example_repository), Replica(example_repository)]
+    try:
+        addresses = [asyncio.run(asyncio.wait_for(asyncio.to_thread(replica.address), START_TIMEOUT_S))
+                     for replica in started]
+        yield list(zip(started, addresses))
+    finally:
+        for replica in started:
+            replica.kill()
+
+
+def add_sub_request(number: int) -> tuple[InferenceRequest, np.ndarray]:
+    a = np.full((1, 16), number, dtype=np.int32)
+    request = InferenceRequest("add_sub", id=str(number), inputs={
+        name: Tensor(name, "INT32", (1, 16), a) for name in ("INPUT0", "INPUT1")})
+    return request, a + a
+
+
+async def started(models: list[str], table: dict[str, list[str]]) -> ChannelDataPlane:
+    async def read() -> dict[str, list[str]]:
+        return table
+    dataplane = ChannelDataPlane(models, "triton", read)
+    await dataplane.start()
+    listed = [address for addresses in table.values() for address in addresses]
+    for _ in range(200):  # the links connect in the background
+        if all(address in dataplane._replicas and dataplane._replicas[address].alive for address in listed):
+            return dataplane
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"could not connect to {listed}")
+
+
+def test_ready_only_when_every_model_has_a_ready_replica(replicas: list[tuple[Replica, str]]) -> None:
+    (_, first), (_, second) = replicas
+
+    async def check() -> None:
+        table = {"add_sub": [first, second]}
+        dataplane = await started(["add_sub", "identity_bytes"], table)
+        try:
+            assert await dataplane.model_ready("add_sub") and not await dataplane.model_ready("identity_bytes")
+            assert not await dataplane.server_ready()  # identity_bytes has no replica
+            index = [(entry["name"], entry["state"]) for entry in await dataplane.repository_index()]
+            assert index == [("add_sub", "READY"), ("identity_bytes", "UNAVAILABLE")]
+        finally:
+            dataplane.stop()
+        dataplane = await started(["add_sub"], table)
+        try:
+            assert await dataplane.server_ready()
+            table["add_sub"] = []
+            await dataplane.refresh()
+            assert not await dataplane.server_ready() and not await dataplane.model_ready("add_sub")
+        finally:
+            dataplane.stop()
+    asyncio.run(asyncio.wait_for(check(), 60))
+
+
+def test_no_live_replica_is_a_clear_unavailable(replicas: list[tuple[Replica, str]],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routing, "REPLICA_WAIT_S", 0.5)
+
+    async def check() -> None:
+        dataplane = await started(["add_sub"], {"add_sub": []})
+        try:
+            request, _ = add_sub_request(1)
+            with pytest.raises(ServerError, match="model 'add_sub' is unavailable: no live replica") as error:
+                await infer_one(dataplane, request, "")
+            assert error.value.status is Status.UNAVAILABLE
+        finally:
+            dataplane.stop()
+    asyncio.run(asyncio.wait_for(check(), 60))
+
+
+def test_a_replica_killed_under_load_loses_no_request(replicas: list[tuple[Replica, str]]) -> None:
+    """Eight clients send 400 requests in all over two replicas; one is killed after 100 are answered: every
+    request is answered (the killed replica's are sent to the other), none is lost or left waiting."""
+    (victim, first), (_, second) = replicas
+    total, workers = 400, 8
+    outcomes: Counter[str] = Counter()
+
+    async def client(dataplane: ChannelDataPlane, numbers: range) -> None:
+        for number in numbers:
+            request, expected = add_sub_request(number)
+            try:
+                response = await asyncio.wait_for(infer_one(dataplane, request, ""), 30)
+            except asyncio.TimeoutError:
+                outcomes["hung"] += 1
+            except ServerError as error:
+                outcomes[f"error {error.status.name}"] += 1
+            else:
+                outcomes["ok" if np.array_equal(response.outputs[0].data, expected) else "wrong"] += 1
+
+    async def killer() -> None:
+        while sum(outcomes.values()) < total // 4:
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(victim.kill)
+
+    async def run() -> None:
+        dataplane = await started(["add_sub"], {"add_sub": [first, second]})
+        try:
+            share = total // workers
+            await asyncio.gather(killer(), *(client(dataplane, range(n * share, (n + 1) * share))
+                                             for n in range(workers)))
+        finally:
+            dataplane.stop()
+    asyncio.run(asyncio.wait_for(run(), 180))
+    assert outcomes == Counter(ok=total), outcomes
