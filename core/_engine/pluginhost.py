@@ -164,15 +164,16 @@ class PluginHost:
                 dist_name, version = "(registered directly)", ""
             hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
             infos.append(PluginInfo(name, dist_name, version, hooks))
-        for dist in importlib.metadata.distributions():
-            dist_name = dist.metadata["name"] or ""
-            points = [ep.name for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+        for installed in importlib.metadata.distributions():
+            dist_name = installed.metadata["name"] or ""
+            points = [ep.name for ep in installed.entry_points if ep.group == ENTRY_POINT_GROUP]
             for name in points:
                 if name in self.broken:
-                    infos.append(PluginInfo(name, dist_name, dist.version, [],
+                    infos.append(PluginInfo(name, dist_name, installed.version, [],
                                             f"failed to import: {self.broken[name]}"))
             if dist_name.startswith("triton-serve-") and not points:
-                infos.append(PluginInfo(dist_name.removeprefix("triton-serve-"), dist_name, dist.version, [],
-                                        f"no hooks: {dist.metadata['summary'] or 'used through its own API'}"))
+                summary = installed.metadata["summary"] or "used through its own API"
+                infos.append(PluginInfo(dist_name.removeprefix("triton-serve-"), dist_name, installed.version, [],
+                                        f"no hooks: {summary}"))
         return infos
 
