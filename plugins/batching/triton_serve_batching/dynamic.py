@@ -1,6 +1,6 @@
 """Triton's dynamic batcher: combines queued requests into batches for idle instances.
 
-One worker per instance claims an instance that runs no batch of this batcher, then forms the next
+A worker (two per instance) claims an instance that runs no batch of this batcher, then forms the next
 batch by Triton's rule (``forming.plan_batch``): queue order is priority level, then arrival; a batch
 that reaches a preferred size goes at once, as does the largest preferred (or fitting) prefix once the
 queue holds more than the largest preferred size; a smaller batch waits up to
@@ -11,7 +11,9 @@ As in Triton's ``DynamicBatchScheduler``, requests leave the queue only for an i
 them: while an instance runs a batch, everything that arrives waits in the queue and goes in its next
 batch together (Triton gathers it into the payload the instance takes next), and counts toward
 ``max_queue_size`` until then. An instance that could take more batches at once
-(``ModelInstance.max_batches_in_flight``) still gets one at a time from this scheduler.
+(``ModelInstance.max_batches_in_flight``) still gets one at a time from this scheduler. The instance is
+free again as soon as the model has answered (``_HandOver``): the other worker of the instance forms and
+sends the next batch while the first hands out the responses.
 
 Queue timeouts (``queues.PriorityQueue``) are applied when a batch is formed and, so that a request
 waits no longer than its timeout while every instance is busy, by one timer armed for the earliest
@@ -25,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from triton_serve.plugin import (InferenceRequest, ModelContext, ModelInstance, Scheduler, ServerError, Status,
-                                 request_batch_size)
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ModelContext, ModelInstance, Scheduler,
+                                 ServerError, Status, request_batch_size)
 
 from .delay import delay_scheduler_count
 from .forming import BatchRule, plan_batch
@@ -53,6 +55,8 @@ class DynamicBatcher(Scheduler):
         self._expiry_ns = NO_DEADLINE
         self._forming = asyncio.Lock()
         self._free: list[ModelInstance] = list(self.pool.instances)  # instances running no batch of ours
+        self._holders: dict[int, object] = {}  # id(instance) -> the worker whose batch it runs
+        self._handovers = {id(instance): _HandOver(instance, self._free_instance) for instance in self.pool.instances}
         self._released: asyncio.Future[None] | None = None  # resolved when an instance is freed
         self._workers: list[asyncio.Task[None]] = []
         self._executing = 0
@@ -73,7 +77,9 @@ class DynamicBatcher(Scheduler):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._workers = [loop.create_task(self._work()) for _ in self.pool.instances]
+        # Two workers per instance: while one hands out the responses of the batch that just ran, the other
+        # already forms the instance's next batch and sends it.
+        self._workers = [loop.create_task(self._work()) for _ in range(2 * len(self.pool.instances))]
 
     async def stop(self) -> None:
         self._stopping = True
@@ -88,9 +94,10 @@ class DynamicBatcher(Scheduler):
     # ---- workers -------------------------------------------------------------------------------
 
     async def _work(self) -> None:
-        """One per instance: claim an instance with no batch running, form a batch for it, run it."""
+        """Claim an instance with no batch running, form a batch for it, run it."""
+        worker = object()
         while True:
-            instance = await self._claim()
+            instance = await self._claim(worker)
             try:
                 async with self._forming:
                     batch = await self._next_batch()
@@ -101,29 +108,43 @@ class DynamicBatcher(Scheduler):
                     self._executing -= 1
                     self._check_idle()
             finally:
-                self._free.append(instance)
-                if self._released is not None:
-                    _resolve(self._released)
-                    self._released = None
+                self._free_instance(instance, worker)  # if the batch did not reach it (the hand-over frees it)
 
-    async def _claim(self) -> ModelInstance:
+    async def _claim(self, worker: object) -> ModelInstance:
         """A free instance: a ready one while any instance is ready (a restarting one gets no work), else any,
-        so that requests fail fast with the reason. With one worker per instance, one is free unless only
-        instances that are not ready are."""
+        so that requests fail fast with the reason."""
         while True:
-            for instance in self._free:
-                if instance.is_ready():
-                    self._free.remove(instance)
-                    return instance
-            if self._free and not any(instance.is_ready() for instance in self.pool.instances):
-                return self._free.pop(0)
+            instance = self._pick()
+            if instance is not None:
+                self._holders[id(instance)] = worker
+                return instance
             if self._released is None:
                 self._released = asyncio.get_running_loop().create_future()
             await self._released
 
+    def _pick(self) -> ModelInstance | None:
+        for instance in self._free:
+            if instance.is_ready():
+                self._free.remove(instance)
+                return instance
+        if self._free and not any(instance.is_ready() for instance in self.pool.instances):
+            return self._free.pop(0)
+        return None
+
+    def _free_instance(self, instance: ModelInstance, worker: object | None = None) -> None:
+        """Free ``instance`` (only if ``worker``, when given, still holds it) and wake the workers waiting."""
+        holder = self._holders.get(id(instance))
+        if holder is None or (worker is not None and holder is not worker):
+            return
+        del self._holders[id(instance)]
+        self._free.append(instance)
+        if self._released is not None:
+            _resolve(self._released)
+            self._released = None
+
     async def _execute(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
         try:
-            await self.pool.run(instance, batch)
+            await self.pool.run(instance, batch, runner=self._handovers[id(instance)])
         finally:
             if self.ordering is not None:
                 self.ordering.finished(batch)
@@ -215,6 +236,28 @@ class DynamicBatcher(Scheduler):
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+class _HandOver(ModelInstance):
+    """Runs a batch on its instance and frees the instance as soon as the model has answered, before the
+    responses are handed out (the pool does that after ``execute`` returns): the worker waiting for the instance
+    forms the next batch from what is queued now, as Triton's instance takes its next payload when ``execute``
+    returns, and sends it without waiting for the responses to be written."""
+
+    def __init__(self, instance: ModelInstance, free: Callable[[ModelInstance], None]) -> None:
+        self._instance = instance
+        self._free = free
+        self.answers_later = instance.answers_later
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
+        try:
+            return await self._instance.execute(requests)
+        finally:
+            self._free(self._instance)
+            await asyncio.sleep(0)  # the worker waiting for the instance runs first
+
+    def is_ready(self) -> bool:
+        return self._instance.is_ready()
 
 
 class _ResponseOrdering:
