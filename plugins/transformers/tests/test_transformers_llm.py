@@ -282,7 +282,7 @@ def test_generation_metrics(server: RunningServer, client: openai.OpenAI) -> Non
     assert values[f"tserve_llm_time_to_first_token_ms_count{labels}"] >= 1
     assert values[f"tserve_llm_inter_token_latency_ms_count{labels}"] >= 1
     assert values[f"tserve_llm_generated_tokens_total{labels}"] >= 2
-    assert f"tserve_llm_running_sequences{labels}" in values
+    assert values[f"tserve_llm_running_sequences{labels}"] == 0  # the finished sequence left
 
 
 def test_constrained_decoding_is_refused_by_name(server: RunningServer) -> None:

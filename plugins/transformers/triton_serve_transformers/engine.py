@@ -135,6 +135,8 @@ class Engine:
             if self._running[index].request.cancelled.is_set():
                 self._fail(self._running[index], cancelled)
                 self.runner.release(self._running, index)
+                if self.metrics is not None:
+                    self.metrics.running.set(len(self._running))
 
     def _admit(self) -> None:
         """Move waiting sequences into the running batch while the limits allow (always at least one)."""
@@ -152,8 +154,6 @@ class Engine:
         logits = self.runner.forward(running)
         self.steps += 1
         self.largest_batch = max(self.largest_batch, len(running))
-        if self.metrics is not None:
-            self.metrics.running.set(len(running))
         tokens = sample(logits, running, self.stop_ids)
         rows = [row for row, sequence in enumerate(running) if sequence.settings.scores]
         scored: dict[int, Scored] = {}
@@ -164,6 +164,8 @@ class Engine:
         for index in reversed(range(len(running))):
             if finished[index]:
                 self.runner.release(running, index)
+        if self.metrics is not None:
+            self.metrics.running.set(len(running))
 
     def _advance(self, sequence: Sequence, token: int, scored: Scored | None) -> bool:
         """Take the sampled token; send what the client should see now. True when the sequence finished."""
