@@ -66,7 +66,7 @@ __all__ = [
     "CustomMetric", "CustomMetricFamily", "custom_metrics", "visible_gpu_ids",
     # embedding the server in another host (triton-serve-ray)
     "Server", "ServerOptions", "OpenAIOptions", "http_asgi_app", "DEFAULT_MAX_INPUT_SIZE", "DataPlaneAPI", "infer_one",
-    # forwarding the data-plane seam to where the models are (triton-serve-ray's ingress and replicas)
+    # forwarding the data-plane seam to where the models are (triton-serve-ray's front door and replicas)
     "ForwardingDataPlane", "REMOTE_CALLS", "call_by_name",
     # the front-ends over a forwarder, and the binary channel to a model owner over TCP (triton-serve-ray)
     "Frontends", "FrontendOptions", "RemoteDataPlane", "serve_channel",

@@ -1,6 +1,6 @@
 """The data-plane seam: the one API every front-end calls, answered by ``DataPlane`` in the model owner and
 forwarded, call by call, from front-end processes (``RemoteDataPlane``) and other hosts (triton-serve-ray's
-``RayDataPlane``), both ``ForwardingDataPlane``s."""
+``ChannelDataPlane``), both ``ForwardingDataPlane``s."""
 from __future__ import annotations
 
 import inspect
@@ -105,7 +105,7 @@ REMOTE_CALLS: Mapping[str, inspect.Signature] = MappingProxyType({
 
 
 class ForwardingDataPlane(ABC):
-    """The seam where no model is (a front-end process, triton-serve-ray's ingress): every call of
+    """The seam where no model is (a front-end process, triton-serve-ray's front door): every call of
     ``REMOTE_CALLS`` the subclass does not define itself is forwarded by ``forward``, its one call frame.
 
     A call is bound to the seam's signature first, as a local call would be: arguments by position or by

@@ -48,10 +48,12 @@ class FrontendOptions:
     openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port, --openai-restricted-api
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as plain values (JSON for a front-end process)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> FrontendOptions:
+        """The options back from ``to_dict``'s values."""
         return cls(**{**values, "grpc_options": GrpcOptions(**values["grpc_options"]),
                       "platforms": PlatformOptions(**values["platforms"]),
                       "openai": OpenAIOptions(**{**values["openai"], "restricted_api": restrictions_from_json(
@@ -84,6 +86,7 @@ class Frontends:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        """Bind the ports and begin serving; raise ServerError (a taken port, a bad setting) before serving."""
         options = self.options
         http_forwarder = header_forwarder(options.http_header_forward_pattern, "--http-header-forward-pattern")
         grpc_forwarder = header_forwarder(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
@@ -162,6 +165,7 @@ class Frontends:
         await grpc_frontend.stop(self.options.exit_timeout_secs)
 
     def request_stop(self) -> None:
+        """Begin a graceful stop: refuse new connections, let in-flight requests finish."""
         self._stopping.set()
 
     async def wait_stopped(self) -> None:

@@ -54,6 +54,7 @@ class RemoteDataPlane(ForwardingDataPlane):
         self._calls: dict[int, asyncio.Future[Any]] = {}
 
     async def connect(self, sock: socket.socket) -> None:
+        """Connect over ``sock``, the front-end process's end of its Unix socket pair with the owner."""
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_unix_connection(lambda: _OwnerConnection(self), sock=sock)
         self._writer = channel.FrameWriter(transport)
@@ -70,6 +71,7 @@ class RemoteDataPlane(ForwardingDataPlane):
             self._writer.transport.close()
 
     def send_frame(self, frame: bytes) -> None:
+        """Send one channel frame to the owner; ServerError (UNAVAILABLE) once the channel is closed."""
         if self._writer is None or self._writer.closed:
             raise unavailable("the model owner process is gone; the server is shutting down")
         self._writer.write(frame)
@@ -88,6 +90,7 @@ class RemoteDataPlane(ForwardingDataPlane):
         return ModelConfig.FromString(result) if method == "model_config" else result  # protobuf crosses as bytes
 
     async def server_ready(self) -> bool:
+        """The owner's readiness, false once this front-end stops accepting."""
         return self.accepting and bool(await self.forward("server_ready", {}))
 
     # ---- inference ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from triton_serve.plugin import http_asgi_app
 from triton_serve_ray import AppArgs, build_app
 from triton_serve_ray.app import INGRESS
-from triton_serve_ray.ray_dataplane import RayDataPlane
+from triton_serve_ray.routing import ChannelDataPlane
 
 
 def test_command_line_text_becomes_lists_and_mappings() -> None:
@@ -60,12 +60,14 @@ def test_a_model_may_not_take_the_ingress_name(tmp_path: Path, example_repositor
         build_app({"model_repository": str(tmp_path)})
 
 
-def test_the_ingress_answers_every_data_plane_call_of_the_http_front_end() -> None:
-    """The ingress reuses the core's HTTP front-end: each data-plane method it calls must exist here."""
-    package = http_asgi_app.__module__.rpartition(".")[0]
-    front_end_modules = [module for name, module in list(sys.modules.items()) if name.startswith(package + ".")]
+def test_the_front_door_answers_every_data_plane_call_of_the_http_and_grpc_front_ends() -> None:
+    """The front door runs the core's front-ends: each data-plane method they call must exist on its data plane."""
+    package = http_asgi_app.__module__.rpartition(".")[0].rpartition(".")[0]  # the front-ends' package
+    front_end_modules = [module for name, module in list(sys.modules.items())
+                         if name.startswith((package + ".http.", package + ".grpc."))]
     source = "".join(inspect.getsource(module) for module in front_end_modules)
-    called = set(re.findall(r"self\.dataplane\.(\w+)", source))
+    called = set(re.findall(r"self\.(?:dataplane|api)\.(\w+)", source))
     assert {"submit", "model_config", "repository_index"} <= called
-    missing = sorted(name for name in called if not hasattr(RayDataPlane({}, "triton"), name))
-    assert not missing, f"RayDataPlane lacks {missing}, which the HTTP front-end calls"
+    dataplane = ChannelDataPlane([], "triton", lambda: None)  # type: ignore[arg-type,return-value]
+    missing = sorted(name for name in called if not hasattr(dataplane, name))
+    assert not missing, f"ChannelDataPlane lacks {missing}, which the front-ends call"

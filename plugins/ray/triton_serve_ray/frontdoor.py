@@ -22,7 +22,7 @@ class FrontDoor:
         registry = registry_of(serve.get_replica_context().app_name)
 
         async def table() -> dict[str, list[str]]:
-            return await registry.replicas.remote()  # type: ignore[no-any-return]
+            return await registry.replicas.remote()
         self.dataplane = ChannelDataPlane(list(models), server_id, table)
         await self.dataplane.start()
         self.frontends = Frontends(self.dataplane, FrontendOptions(**frontend))

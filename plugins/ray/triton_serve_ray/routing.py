@@ -8,11 +8,37 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import triton_serve
-from triton_serve.plugin import ForwardingDataPlane, InferenceRequest, InferenceResponse, RemoteDataPlane, ServerError, Status
-
-from .ray_dataplane import EXTENSIONS, REFUSED, joined
+from triton_serve.plugin import (ForwardingDataPlane, InferenceRequest, InferenceResponse, RemoteDataPlane, ServerError,
+                                 Status)
 
 log = logging.getLogger("triton_serve_ray")
+
+# What works through the front door: no shared memory (the client and the replicas need not share a host).
+EXTENSIONS = ["classification", "model_repository", "model_configuration", "binary_tensor_data", "parameters",
+              "statistics"]
+# Triton's answer to load / unload when models are not under explicit control: a deployment's models are fixed.
+CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
+SHARED_MEMORY = ("shared memory is not supported through Ray Serve: the client and the model replicas need not "
+                 "share a host")
+
+
+def not_served(what: str) -> str:
+    return f"{what} is not supported through Ray Serve: each model replica is a server of its own"
+
+
+# The seam's calls that are not forwarded, and the error each answers instead: one replica cannot act for the
+# deployment (load a model, register a region on its host, change its logging or tracing).
+REFUSED: dict[str, tuple[str, Status]] = {
+    "load_model": (CONTROL_DISABLED, Status.UNAVAILABLE),
+    "unload_model": (CONTROL_DISABLED, Status.UNAVAILABLE),
+    "register_system_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "register_cuda_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "shared_memory_status": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "unregister_shared_memory": (SHARED_MEMORY, Status.UNSUPPORTED),
+    "log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
+    "update_log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
+    "trace_setting": (not_served("the trace extension"), Status.UNSUPPORTED),
+}
 
 ATTEMPTS = 3  # replicas a request or call is sent to before it is answered UNAVAILABLE
 REFRESH_S = 0.5  # how often the routing table is read from the registry
@@ -254,3 +280,16 @@ class ChannelDataPlane(ForwardingDataPlane):
             self._route(request, decoupled_error, tried | {replica.address})
             return
         request.on_cancel = attempt.cancel
+
+
+def joined(method: str, answers: dict[str, Any]) -> Any:
+    """One answer from every deployment's answer to a call that names no model. Each replica answers for its
+    whole server, whose repository holds the other models too (and an ensemble's replica loads its steps):
+    of a list of entries (the index, statistics), each deployment's own model's entries are kept. Any other
+    answer must be the same from every deployment."""
+    values = list(answers.values())
+    if all(isinstance(value, list) for value in values):
+        return [entry for model, value in answers.items() for entry in value if entry.get("name") == model]
+    if any(value != values[0] for value in values):
+        raise ServerError(f"the model deployments answered '{method}' differently", Status.INTERNAL)
+    return values[0] if values else None
