@@ -295,8 +295,8 @@ def _add_grpc_flags(group: argparse._ArgumentGroup) -> None:
         flag(f"--grpc-{name}", default="", help="PEM file")
     flag("--grpc-infer-response-compression-level", choices=list(COMPRESSION_LEVELS), default="none")
     flag("--grpc-transport", choices=["native", "grpcio"], default=defaults.transport,
-         help="native (triton-serve's own HTTP/2 on the event loop; the default, except with TLS, which it does not "
-              "serve yet) or grpcio (grpc.aio)")
+         help="native (triton-serve's own HTTP/2 on the event loop, with or without TLS; the default) or grpcio "
+              "(grpc.aio)")
     for name in ("keepalive-time", "keepalive-timeout", "http2-max-pings-without-data",
                  "http2-min-recv-ping-interval-without-data", "http2-max-ping-strikes", "max-connection-age",
                  "max-connection-age-grace"):
