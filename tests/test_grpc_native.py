@@ -127,6 +127,17 @@ def test_message_size_limit(models, toy_server) -> None:  # type: ignore[no-unty
         assert client.is_server_live()
 
 
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+def test_a_compressed_message_too_large_once_inflated(models, toy_server, transport) -> None:  # type: ignore[no-untyped-def]
+    """16 KiB of zeros compress far below the 4 KiB limit: both transports refuse them once inflated, alike."""
+    server = toy_server(grpc_options=GrpcOptions(transport=transport, max_message_size=4096))
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        for algorithm in ("gzip", "deflate"):
+            assert _error(lambda: client.infer("identity", _identity_input(np.zeros(4096, np.float32)),
+                                               compression_algorithm=algorithm)) \
+                == ("StatusCode.RESOURCE_EXHAUSTED", "Decompressed message larger than max")
+
+
 def test_decoupled_stream_ends(server) -> None:  # type: ignore[no-untyped-def]
     responses: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:

@@ -308,8 +308,7 @@ class Call(h2.Stream):
             self.fail(grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {error}")
             return b""
         if len(data) > limit:
-            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                      f"Received message larger than max (over {limit} bytes once decompressed vs. {limit})")
+            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")  # grpcio's wording
             return b""
         if not inflater.eof:
             self.fail(grpc.StatusCode.INTERNAL, "Failed to decompress the message: incomplete data")
