@@ -1,5 +1,5 @@
-"""An engine process that dies fails its requests and makes the model unready; the server goes on. Named to run
-last: it kills the session's engine (conftest.py)."""
+"""An engine process that dies fails its requests and makes the model unready, and vLLM's processes end with it;
+the server goes on. Named to run last: it kills the session's engine (conftest.py)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: Run
     (engine,) = [engine for engine in ENGINES if engine.dead is None]
     assert engine.pid is not None
     body = {"text_input": "Hello", "stream": True,
-            "sampling_parameters": json.dumps({"max_tokens": 400, "ignore_eos": True})}
+            "sampling_parameters": json.dumps({"max_tokens": 2000, "ignore_eos": True})}
     url = f"http://{server.http_url}/v2/models/{MODEL}/generate_stream"
     with httpx.stream("POST", url, json=body, timeout=WAIT_S) as response:
         lines = response.iter_lines()
@@ -36,6 +36,17 @@ def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: Run
         time.sleep(0.05)
     assert not client.is_model_ready(MODEL)
     assert client.is_server_live()
+    while _group_alive(engine.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(engine.pid)  # vLLM's engine core and worker processes went with it
     after = httpx.post(f"http://{server.http_url}/v2/models/{MODEL}/generate", json={"text_input": "Hi"},
                        timeout=WAIT_S)
     assert after.status_code in (400, 503) and "not ready" in after.json()["error"]
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True

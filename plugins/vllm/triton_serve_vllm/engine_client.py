@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 import os
+import signal
 import socket
 import sys
 import weakref
@@ -54,7 +55,8 @@ class EngineClient:
         try:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "triton_serve_vllm.engine_process", str(theirs.fileno()),
-                pass_fds=(theirs.fileno(),), env={**os.environ, **self.env}, stdin=asyncio.subprocess.DEVNULL)
+                pass_fds=(theirs.fileno(),), env={**os.environ, **self.env}, stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True)  # its own process group: vLLM's processes, which _end_group ends
         finally:
             theirs.close()
         self._started = loop.create_future()
@@ -140,6 +142,15 @@ class EngineClient:
                      "again")
         log.error("%s", self.dead)
         self._fail_all(self.dead, Status.UNAVAILABLE)
+        self._end_group()  # vLLM's engine core and workers outlive their parent: end them too
+
+    def _end_group(self) -> None:
+        """Kill what is left of the engine process's group (vLLM's own processes)."""
+        if self._process is not None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _fail_all(self, message: str, status: Status) -> None:
         requests, self._requests = self._requests, {}
@@ -156,14 +167,14 @@ class EngineClient:
         if self._protocol is not None and self._protocol.transport is not None:
             self._protocol.transport.close()
         process = self._process
-        if process is None or process.returncode is not None:
+        if process is None:
             return
         try:
             await asyncio.wait_for(process.wait(), EXIT_WAIT_S)
         except asyncio.TimeoutError:
             log.warning("the vLLM engine process of %s did not exit in %.0f s: killed", self.label, EXIT_WAIT_S)
-            process.kill()
-            await process.wait()
+        self._end_group()
+        await process.wait()
 
     @property
     def pid(self) -> int | None:
