@@ -128,7 +128,8 @@ def test_message_size_limit(models, toy_server) -> None:  # type: ignore[no-unty
 
 
 @pytest.mark.parametrize("transport", ["native", "grpcio"])
-def test_a_compressed_message_too_large_once_inflated(models, toy_server, transport) -> None:  # type: ignore[no-untyped-def]
+def test_a_compressed_message_too_large_once_inflated(models, toy_server,  # type: ignore[no-untyped-def]
+                                                       transport) -> None:
     """16 KiB of zeros compress far below the 4 KiB limit: both transports refuse them once inflated, alike."""
     server = toy_server(grpc_options=GrpcOptions(transport=transport, max_message_size=4096))
     with grpcclient.InferenceServerClient(server.grpc_url) as client:

@@ -120,13 +120,14 @@ class Case:
 PROTOCOL, FRAME_SIZE, FLOW = h2.PROTOCOL_ERROR, h2.FRAME_SIZE_ERROR, h2.FLOW_CONTROL_ERROR
 CASES = [
     # §4: frames
-    Case("4.1", "unknown frame type is ignored", lambda c: h2.frame(0xEE, 0, 0, b"x") + h2.frame(h2.PING, 0, 0, bytes(8)),
-         "reply", h2.PING),
+    Case("4.1", "unknown frame type is ignored",
+         lambda c: h2.frame(0xEE, 0, 0, b"x") + h2.frame(h2.PING, 0, 0, bytes(8)), "reply", h2.PING),
     Case("4.1", "unknown flags are ignored", lambda c: h2.frame(h2.PING, 0x10, 0, bytes(8)), "reply", h2.PING),
     Case("4.2", "DATA larger than SETTINGS_MAX_FRAME_SIZE", lambda c: _open(c) + struct.pack(
         ">IBI", (h2.OUR_MAX_FRAME + 1) << 8 | h2.DATA, 0, 1) + bytes(h2.OUR_MAX_FRAME + 1), "connection", FRAME_SIZE),
     Case("4.2", "HEADERS larger than SETTINGS_MAX_FRAME_SIZE", lambda c: struct.pack(
-        ">IBI", (h2.OUR_MAX_FRAME + 1) << 8 | h2.HEADERS, 4, 1) + bytes(h2.OUR_MAX_FRAME + 1), "connection", FRAME_SIZE),
+        ">IBI", (h2.OUR_MAX_FRAME + 1) << 8 | h2.HEADERS, 4, 1) + bytes(h2.OUR_MAX_FRAME + 1),
+         "connection", FRAME_SIZE),
     Case("4.3", "a header block that does not decode", lambda c: h2.frame(h2.HEADERS, 5, 1, b"\xff\xff\xff"),
          "connection", h2.COMPRESSION_ERROR),
     # §5.1: stream states
@@ -153,8 +154,8 @@ CASES = [
          "stream", PROTOCOL),
     # §6.1-6.4: DATA, HEADERS, PRIORITY, RST_STREAM
     Case("6.1", "DATA on stream 0", lambda c: h2.frame(h2.DATA, 0, 0, b"x"), "connection", PROTOCOL),
-    Case("6.1", "DATA padding as long as the frame", lambda c: _open(c) + h2.frame(h2.DATA, h2.FLAG_PADDED, 1, b"\x04abc"),
-         "connection", PROTOCOL),
+    Case("6.1", "DATA padding as long as the frame",
+         lambda c: _open(c) + h2.frame(h2.DATA, h2.FLAG_PADDED, 1, b"\x04abc"), "connection", PROTOCOL),
     Case("6.2", "HEADERS on stream 0", lambda c: _open(c, stream_id=0), "connection", PROTOCOL),
     Case("6.2", "HEADERS padding as long as the frame", lambda c: h2.frame(
         h2.HEADERS, h2.FLAG_END_HEADERS | h2.FLAG_PADDED, 1, b"\x09" + c.headers(INFER)[:8]), "connection", PROTOCOL),
@@ -164,7 +165,8 @@ CASES = [
     Case("6.4", "RST_STREAM not 4 bytes long", lambda c: _open(c) + h2.frame(h2.RST_STREAM, 0, 1, bytes(3)),
          "connection", FRAME_SIZE),
     # §6.5: SETTINGS
-    Case("6.5", "SETTINGS is acknowledged", lambda c: _setting(h2.SETTINGS_HEADER_TABLE_SIZE, 4096), "reply", h2.SETTINGS),
+    Case("6.5", "SETTINGS is acknowledged", lambda c: _setting(h2.SETTINGS_HEADER_TABLE_SIZE, 4096),
+         "reply", h2.SETTINGS),
     Case("6.5", "an unknown setting is ignored", lambda c: _setting(0xFF, 1), "reply", h2.SETTINGS),
     Case("6.5", "SETTINGS ACK with a payload", lambda c: h2.frame(h2.SETTINGS, h2.FLAG_ACK, 0, bytes(6)),
          "connection", FRAME_SIZE),
@@ -172,8 +174,8 @@ CASES = [
     Case("6.5", "SETTINGS length not a multiple of 6", lambda c: h2.frame(h2.SETTINGS, 0, 0, bytes(3)),
          "connection", FRAME_SIZE),
     Case("6.5.2", "SETTINGS_ENABLE_PUSH of 2", lambda c: _setting(h2.SETTINGS_ENABLE_PUSH, 2), "connection", PROTOCOL),
-    Case("6.5.2", "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1", lambda c: _setting(h2.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31),
-         "connection", FLOW),
+    Case("6.5.2", "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1",
+         lambda c: _setting(h2.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 31), "connection", FLOW),
     Case("6.5.2", "SETTINGS_MAX_FRAME_SIZE below 16,384", lambda c: _setting(h2.SETTINGS_MAX_FRAME_SIZE, 16_383),
          "connection", PROTOCOL),
     Case("6.5.2", "SETTINGS_MAX_FRAME_SIZE above 2^24-1", lambda c: _setting(h2.SETTINGS_MAX_FRAME_SIZE, 1 << 24),

@@ -263,9 +263,9 @@ class H2Connection(asyncio.Protocol):
             host = peer[0]
             self.peer = f"ipv6:[{host}]:{peer[1]}" if ":" in host else f"ipv4:{host}:{peer[1]}"
         settings = b"".join(_SETTING.pack(key, value) for key, value in (
-            (SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS), (SETTINGS_INITIAL_WINDOW_SIZE, OUR_STREAM_WINDOW),
-            (SETTINGS_MAX_FRAME_SIZE, OUR_MAX_FRAME), (SETTINGS_ENABLE_PUSH, 0),
-            (SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))
+            (SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS),
+            (SETTINGS_INITIAL_WINDOW_SIZE, OUR_STREAM_WINDOW), (SETTINGS_MAX_FRAME_SIZE, OUR_MAX_FRAME),
+            (SETTINGS_ENABLE_PUSH, 0), (SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)))
         self.write(frame(SETTINGS, 0, 0, settings)
                    + frame(WINDOW_UPDATE, 0, 0, _U32.pack(OUR_WINDOW - DEFAULT_WINDOW)))
         self.recv_window = OUR_WINDOW
@@ -845,7 +845,8 @@ class H2Connection(asyncio.Protocol):
                 self.transport.abort()
             else:
                 self.transport.close()
-                self.loop.call_later(SEND_TIMEOUT, self.abort)
+                if self._send_stalled is None:
+                    self._send_stalled = self.loop.call_later(SEND_TIMEOUT, self.abort)
 
     def _send_timed_out(self) -> None:
         self._send_stalled = None
