@@ -73,6 +73,11 @@ class _Endpoint(asyncio.Protocol):
             elif kind == channel.STARTED and not self.started.done():
                 self.started.set_result(meta[0])
 
+    @property
+    def ended(self) -> bool:
+        """Whether its connection has closed."""
+        return self._writer is not None and self._writer.closed
+
     def connection_lost(self, exc: Exception | None) -> None:
         """The front-end process is gone: its queued requests are dropped, its clients with it."""
         for request in list(self.requests.values()):
@@ -144,14 +149,41 @@ class _Endpoint(asyncio.Protocol):
         self._write(reply)
 
 
-async def serve_channel(dataplane: DataPlane, host: str, port: int) -> asyncio.Server:
+class ChannelListener:
+    """``serve_channel``'s TCP listener: its port, the requests its connections hold now, ``close()``."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+        self.server: asyncio.Server | None = None
+        self._endpoints: list[_Endpoint] = []
+
+    def endpoint(self) -> _Endpoint:
+        """A new connection's end (no STARTED frame comes over TCP: its future is never awaited)."""
+        self._endpoints = [endpoint for endpoint in self._endpoints if not endpoint.ended]
+        endpoint = _Endpoint(self.dataplane, asyncio.get_running_loop().create_future())
+        self._endpoints.append(endpoint)
+        return endpoint
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def ongoing(self) -> int:
+        """The requests received and not yet answered, over every connection."""
+        return sum(len(endpoint.requests) for endpoint in self._endpoints if not endpoint.ended)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def serve_channel(dataplane: DataPlane, host: str, port: int) -> ChannelListener:
     """Serve ``dataplane`` over the channel on a TCP port (0: any free one): each connection is a front-end
     elsewhere (a ``RemoteDataPlane`` connected with ``connect_tcp``), answered as a front-end process is."""
-    loop = asyncio.get_running_loop()
-
-    def endpoint() -> _Endpoint:
-        return _Endpoint(dataplane, loop.create_future())  # no STARTED frame comes over TCP
-    return await loop.create_server(endpoint, host, port)
+    listener = ChannelListener(dataplane)
+    listener.server = await asyncio.get_running_loop().create_server(listener.endpoint, host, port)
+    return listener
 
 
 class _FrontendProcess:

@@ -29,6 +29,15 @@ def test_command_line_text_becomes_lists_and_mappings() -> None:
     assert args.ingress_options == {"num_replicas": 2}
 
 
+def test_an_autoscaled_deployment_scales_on_the_requests_its_replicas_hold() -> None:
+    args = AppArgs.model_validate({"model_repository": "/a", "deployment_options": {
+        "add_sub": {"num_replicas": "auto"},
+        "identity_bytes": {"autoscaling_config": {"max_replicas": 4, "policy": {"policy_function": "mine:policy"}}}}})
+    assert args.options_for("add_sub") == {"num_replicas": "auto", "autoscaling_config": {
+        "policy": {"policy_function": "triton_serve_ray.autoscaling:ongoing_requests_policy"}}}
+    assert args.options_for("identity_bytes")["autoscaling_config"]["policy"] == {"policy_function": "mine:policy"}
+
+
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValidationError, match="expected a JSON object"):
         AppArgs.model_validate({"model_repository": "/a", "deployment_options": "add_sub:2"})

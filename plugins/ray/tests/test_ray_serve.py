@@ -31,9 +31,11 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; Ray's minimum is 75 MiB
 SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
 APP = "triton"
 MODELS = ["add_sub", "identity_bytes", "token_streamer"]
-SCALED = "identity_bytes"  # one replica
+SCALED = "identity_bytes"  # autoscaled between 1 and 2 replicas
 FIXED = "add_sub"  # two replicas
 STREAMER = "token_streamer"  # decoupled
+AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
+               "upscale_delay_s": 1, "downscale_delay_s": 3}
 SCALE_TIMEOUT_S = 150  # starting a replica on a busy 2-core machine can take a while
 
 
@@ -61,10 +63,12 @@ class FrontDoor:
 
 @pytest.fixture(scope="module")
 def front_door(cluster: None, example_repository: Path) -> Iterator[FrontDoor]:
-    """add_sub (two replicas), identity_bytes and token_streamer deployed as `serve run` would, options as text."""
+    """add_sub (two replicas), identity_bytes (autoscaled) and token_streamer deployed as `serve run` would,
+    options as text."""
     ports = free_port(), free_port()
     deploy(str(example_repository), name=APP, models=",".join(MODELS), deployment_options=json.dumps({
-        "*": SMALL, FIXED: {"num_replicas": 2}}), ingress_options=json.dumps(SMALL), host="127.0.0.1",
+        "*": SMALL, FIXED: {"num_replicas": 2}, SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
+    }), ingress_options=json.dumps(SMALL), host="127.0.0.1",
         http_port=str(ports[0]), grpc_port=str(ports[1]))
     door = FrontDoor(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}")
     client = http.InferenceServerClient(door.http)
@@ -320,6 +324,25 @@ def send_add_sub(client: http.InferenceServerClient, number: int) -> None:
     result = client.infer(FIXED, inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), total)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), difference)
+
+
+def send_bytes(client: http.InferenceServerClient, number: int) -> None:
+    text = np.array([[f"load {number}".encode()] * 4], dtype=np.object_)
+    tensor = http.InferInput("INPUT0", [1, 4], "BYTES")
+    tensor.set_data_from_numpy(text)
+    np.testing.assert_array_equal(client.infer(SCALED, [tensor]).as_numpy("OUTPUT0"), text)
+
+
+def test_autoscaling_adds_a_replica_under_load_and_removes_it_when_idle(ray_url: str) -> None:
+    """The replicas report the requests they hold (Ray does not see them): Ray scales on those."""
+    wait_until(lambda: running_replicas(SCALED) == 1, SCALE_TIMEOUT_S, f"{SCALED} at its minimum of one replica")
+    with Load(send_bytes, ray_url, threads=6) as load:
+        wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"a second {SCALED} replica under load")
+        served = load.done
+        wait_until(lambda: load.done > served + 20, 60, "requests served by the scaled-up deployment")
+    assert not load.failures, load.failures[:5]
+    wait_until(lambda: running_replicas(SCALED) == 1 and len(replica_actor_names(SCALED)) == 1,
+               SCALE_TIMEOUT_S, f"{SCALED} back to one replica once idle")
 
 
 def replaced(killed: str) -> bool:

@@ -29,7 +29,7 @@ async def main():
                                   load_models=["add_sub"], allow_http=False, allow_grpc=False, allow_metrics=False))
     await server.start()
     listener = await serve_channel(server.dataplane, "127.0.0.1", 0)
-    print(listener.sockets[0].getsockname()[1], flush=True)
+    print(listener.port, flush=True)
     await asyncio.Event().wait()
 
 asyncio.run(main())

@@ -7,6 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from triton_serve.plugin import DEFAULT_MAX_INPUT_SIZE
 
+from .autoscaling import POLICY
+
 EVERY_MODEL = "*"  # the key in ``deployment_options`` whose options apply to every model
 
 
@@ -51,8 +53,14 @@ class AppArgs(BaseModel):
         return value
 
     def options_for(self, model: str) -> dict[str, Any]:
-        """The Ray deployment options of ``model``'s deployment: ``"*"``'s, then its own."""
-        return {**self.deployment_options.get(EVERY_MODEL, {}), **self.deployment_options.get(model, {})}
+        """The Ray deployment options of ``model``'s deployment: ``"*"``'s, then its own. An autoscaled
+        deployment scales on the requests its replicas hold (``autoscaling.POLICY``) unless a policy is given."""
+        options = {**self.deployment_options.get(EVERY_MODEL, {}), **self.deployment_options.get(model, {})}
+        if options.get("num_replicas") == "auto" or "autoscaling_config" in options:
+            autoscaling = dict(options.get("autoscaling_config") or {})
+            autoscaling.setdefault("policy", {"policy_function": POLICY})
+            options["autoscaling_config"] = autoscaling
+        return options
 
     def frontend_options(self) -> dict[str, Any]:
         """The front door's ``FrontendOptions`` fields."""

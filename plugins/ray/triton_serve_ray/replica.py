@@ -10,6 +10,7 @@ from ray import serve
 
 from triton_serve.plugin import Server, ServerOptions, serve_channel
 
+from .autoscaling import ONGOING_REQUESTS
 from .registry import HEARTBEAT_S, registry_of
 
 log = logging.getLogger("triton_serve_ray")
@@ -38,8 +39,7 @@ class ModelReplica:
             raise RuntimeError(f"model '{model}' failed to load: {'; '.join(reasons) or 'no reason given'}")
         self.server = server
         self.listener = await serve_channel(server.dataplane, "0.0.0.0", 0)
-        port = self.listener.sockets[0].getsockname()[1]
-        self.address = f"{ray.util.get_node_ip_address()}:{port}"
+        self.address = f"{ray.util.get_node_ip_address()}:{self.listener.port}"
         self.registry = registry_of(serve.get_replica_context().app_name)
         self.heartbeat = asyncio.get_running_loop().create_task(self._report())
 
@@ -53,6 +53,11 @@ class ModelReplica:
                             error)
                 self.registry = registry_of(serve.get_replica_context().app_name)
             await asyncio.sleep(HEARTBEAT_S)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """The load Ray's autoscaler weighs (``autoscaling.ongoing_requests_policy``): the requests this replica
+        holds, which reach it over the channel, past Ray's own counters."""
+        return {ONGOING_REQUESTS: float(self.listener.ongoing())}
 
     async def check_health(self) -> None:
         """Ray Serve's health check: raising makes Ray replace this replica."""
