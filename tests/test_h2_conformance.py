@@ -4,10 +4,8 @@ preface and an empty SETTINGS, and the answer the RFC requires. "connection" cas
 code, then the connection closed; "stream" cases expect RST_STREAM with the code on that stream; "reply"
 cases expect a frame. What the transport does not check is listed at the end of this docstring.
 
-Not checked (malformed requests, RFC 9113 §8.1.1/§8.2/§8.3): upper-case field names, unknown or repeated
-pseudo-header fields, pseudo-header fields after regular ones, connection-specific fields, TE other than
-"trailers", a missing :method/:scheme/:path, and content-length against the DATA received. A gRPC request
-that lacks what gRPC needs still gets an answer (404, 415, or a gRPC status), not a PROTOCOL_ERROR.
+Not checked: content-length against the DATA received (RFC 9113 §8.1.1; gRPC requests carry none, and the
+transport does not read the field), and the characters of field names beyond upper case (§8.2.1).
 """
 from __future__ import annotations
 
@@ -92,6 +90,15 @@ def _stalled_stream(client: RawClient) -> bytes:
             break
     filler = message * ((2 << 20) // len(message))
     return data_frames(1, filler, False)
+
+
+REQUEST = ((":method", "POST"), (":scheme", "http"), (":path", INFER), (":authority", "x"),
+           ("content-type", "application/grpc"), ("te", "trailers"))
+
+
+def _request(client: RawClient, fields: tuple[tuple[str, str], ...]) -> bytes:
+    """HEADERS opening stream 1 with exactly ``fields``."""
+    return h2.frame(h2.HEADERS, h2.FLAG_END_HEADERS, 1, client.encoder.encode(list(fields)))
 
 
 def _large_headers(client: RawClient, size: int) -> bytes:
@@ -210,9 +217,28 @@ CASES = [
          "connection", PROTOCOL),
     Case("6.10", "CONTINUATION after END_HEADERS", lambda c: _open(c) + h2.frame(h2.CONTINUATION, 4, 1, b""),
          "connection", PROTOCOL),
-    # §8.1 and §10.5.1
+    # §8: malformed requests, and §10.5.1
     Case("8.1", "trailers without END_STREAM", lambda c: _open(c) + h2.frame(
-        h2.HEADERS, h2.FLAG_END_HEADERS, 1, c.headers(INFER, (("x-trailer", "1"),))), "stream", PROTOCOL),
+        h2.HEADERS, h2.FLAG_END_HEADERS, 1, c.encoder.encode([("x-trailer", "1")])), "stream", PROTOCOL),
+    Case("8.1", "a pseudo-header field in trailers", lambda c: _open(c) + h2.frame(
+        h2.HEADERS, h2.FLAG_END_HEADERS | h2.FLAG_END_STREAM, 1, c.encoder.encode([(":path", "/")])),
+         "stream", PROTOCOL),
+    Case("8.2.1", "an upper-case field name", lambda c: _request(c, (*REQUEST, ("X-Upper", "1"))), "stream", PROTOCOL),
+    Case("8.2.1", "a field value with a line feed", lambda c: _request(c, (*REQUEST, ("x-a", "1\n2"))),
+         "stream", PROTOCOL),
+    Case("8.2.1", "a field value ending in a space", lambda c: _request(c, (*REQUEST, ("x-a", "1 "))),
+         "stream", PROTOCOL),
+    Case("8.2.2", "a connection-specific field", lambda c: _request(c, (*REQUEST, ("connection", "keep-alive"))),
+         "stream", PROTOCOL),
+    Case("8.2.2", "TE other than trailers", lambda c: _request(c, (*REQUEST[:5], ("te", "gzip"))), "stream", PROTOCOL),
+    Case("8.3", "an unknown pseudo-header field", lambda c: _request(c, ((":status", "200"), *REQUEST)),
+         "stream", PROTOCOL),
+    Case("8.3", "a pseudo-header field after a regular one", lambda c: _request(c, (*REQUEST[1:], REQUEST[0])),
+         "stream", PROTOCOL),
+    Case("8.3", "a repeated pseudo-header field", lambda c: _request(c, (REQUEST[0], *REQUEST)), "stream", PROTOCOL),
+    Case("8.3.1", "no :path", lambda c: _request(c, (*REQUEST[:2], *REQUEST[3:])), "stream", PROTOCOL),
+    Case("8.3.1", "an empty :path", lambda c: _request(c, (*REQUEST[:2], (":path", ""), *REQUEST[3:])),
+         "stream", PROTOCOL),
     Case("10.5.1", "a header list over SETTINGS_MAX_HEADER_LIST_SIZE is answered 431", lambda c: _large_headers(
         c, 5 * 4000), "reply", h2.HEADERS),
     Case("10.5.1", "a header block far over it ends the connection", lambda c: _large_headers(c, 80_000),

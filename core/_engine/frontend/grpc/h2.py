@@ -104,15 +104,16 @@ class HeaderDecoder:
 
     def __init__(self) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=MAX_DECODED_HEADER_LIST)
-        self._known: dict[bytes, list[tuple[str, str]]] = {}
+        self._known: dict[bytes, tuple[list[tuple[str, str]], str | None]] = {}
 
-    def decode(self, block: bytes) -> list[tuple[str, str]]:
-        """The block's (name, value) pairs; the list is shared between calls with the same block: do not change it.
-        Raises HeaderListTooLarge past MAX_HEADER_LIST (RFC 9113 §6.5.2's size: names, values and 32 per field),
-        and hpack's errors (OversizedHeaderListError past MAX_DECODED_HEADER_LIST) when the block is not valid."""
-        pairs = self._known.get(block)
-        if pairs is not None:
-            return pairs
+    def decode(self, block: bytes) -> tuple[list[tuple[str, str]], str | None]:
+        """The block's (name, value) pairs, and what makes them a malformed request (None if nothing does); the
+        list is shared between calls with the same block: do not change it. Raises HeaderListTooLarge past
+        MAX_HEADER_LIST (RFC 9113 §6.5.2's size: names, values and 32 per field), and hpack's errors
+        (OversizedHeaderListError past MAX_DECODED_HEADER_LIST) when the block is not valid."""
+        known = self._known.get(block)
+        if known is not None:
+            return known
         pairs = [(str(name), str(value)) for name, value in self._decoder.decode(block)]
         indexed = _only_indexed(block)
         if not indexed:
@@ -120,9 +121,40 @@ class HeaderDecoder:
         size = sum(len(name) + len(value) + 32 for name, value in pairs)
         if size > MAX_HEADER_LIST:
             raise HeaderListTooLarge(size)
+        decoded = pairs, _request_problem(pairs)
         if indexed and len(self._known) < self.KEPT:
-            self._known[block] = pairs
-        return pairs
+            self._known[block] = decoded
+        return decoded
+
+
+_REQUEST_PSEUDO = frozenset((":method", ":scheme", ":path", ":authority"))
+_CONNECTION_SPECIFIC = frozenset(("connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"))
+
+
+def _request_problem(pairs: list[tuple[str, str]]) -> str | None:
+    """What makes ``pairs`` a malformed request (RFC 9113 §8.2 and §8.3), or None."""
+    seen: set[str] = set()
+    method, regular = "", False
+    for name, value in pairs:
+        if name != name.lower():
+            return f"upper-case field name '{name}'"
+        if "\x00" in value or "\r" in value or "\n" in value or value[:1] in (" ", "\t") or value[-1:] in (" ", "\t"):
+            return f"invalid value of field '{name}'"
+        if name[:1] == ":":
+            if regular or name not in _REQUEST_PSEUDO or name in seen:
+                return f"pseudo-header field '{name}' misplaced, unknown or repeated"
+            seen.add(name)
+            if name == ":method":
+                method = value
+            elif name == ":path" and not value:
+                return "empty :path"
+        else:
+            regular = True
+            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                return f"connection-specific field '{name}'"
+    if method != "CONNECT" and not {":method", ":scheme", ":path"} <= seen:
+        return "a :method, :scheme or :path pseudo-header field missing"
+    return None
 
 
 def _only_indexed(block: bytes) -> bool:
@@ -500,8 +532,9 @@ class H2Connection(asyncio.Protocol):
     def _header_block(self, block: bytes) -> None:
         stream_id, end_stream = self.header_stream, self.header_end_stream
         too_large = 0
+        problem: str | None = None
         try:
-            headers = self.decoder.decode(block)
+            headers, problem = self.decoder.decode(block)
         except HeaderListTooLarge as error:
             headers, too_large = [], error.size
         except hpack.OversizedHeaderListError:
@@ -512,7 +545,7 @@ class H2Connection(asyncio.Protocol):
         if stream is not None:  # trailers from the client: gRPC clients send none; they end the stream
             if stream.remote_closed:
                 self._stream_error(stream, STREAM_CLOSED)
-            elif not end_stream or self.header_self_dependent:
+            elif not end_stream or self.header_self_dependent or any(name[:1] == ":" for name, _ in headers):
                 self._stream_error(stream, PROTOCOL_ERROR)  # a malformed request (RFC 9113 §8.1)
             else:
                 stream.remote_closed = True
@@ -527,7 +560,8 @@ class H2Connection(asyncio.Protocol):
                 raise ConnectionError_(STREAM_CLOSED, "HEADERS on a closed stream")
             raise ConnectionError_(PROTOCOL_ERROR, "stream id lower than an earlier stream's")
         self.last_stream_id = stream_id
-        if self.header_self_dependent:
+        if self.header_self_dependent or problem is not None:
+            log.debug("malformed request from %s: %s", self.peer, problem or "a stream depending on itself")
             self._refuse(stream_id, PROTOCOL_ERROR)
         elif self.going_away or len(self.streams) >= MAX_CONCURRENT_STREAMS:
             self._flood("RST_STREAM")  # a client that ignores SETTINGS_MAX_CONCURRENT_STREAMS
