@@ -36,6 +36,7 @@ FIXED = "add_sub"  # two replicas
 STREAMER = "token_streamer"  # decoupled
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
                "upscale_delay_s": 1, "downscale_delay_s": 3}
+SECOND_NODE = "second_node"  # a resource only the worker node has: the decoupled model's replica runs there
 SCALE_TIMEOUT_S = 150  # starting a replica on a busy 2-core machine can take a while
 
 
@@ -45,7 +46,7 @@ def cluster() -> Iterator[None]:
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": NODE_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False})
     try:
-        cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES)
+        cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES, resources={SECOND_NODE: 1})
         ray.init(address=cluster.address, log_to_driver=False)
         serve.start(proxy_location="Disabled")
         yield
@@ -63,11 +64,12 @@ class FrontDoor:
 
 @pytest.fixture(scope="module")
 def front_door(cluster: None, example_repository: Path) -> Iterator[FrontDoor]:
-    """add_sub (two replicas), identity_bytes (autoscaled) and token_streamer deployed as `serve run` would,
-    options as text."""
+    """add_sub (two replicas), identity_bytes (autoscaled) and token_streamer (on the worker node: reached over
+    the channel across nodes) deployed as `serve run` would, options as text."""
     ports = free_port(), free_port()
     deploy(str(example_repository), name=APP, models=",".join(MODELS), deployment_options=json.dumps({
         "*": SMALL, FIXED: {"num_replicas": 2}, SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
+        STREAMER: {"ray_actor_options": {"num_cpus": 0.1, "resources": {SECOND_NODE: 0.1}}},
     }), ingress_options=json.dumps(SMALL), host="127.0.0.1",
         http_port=str(ports[0]), grpc_port=str(ports[1]))
     door = FrontDoor(f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}")

@@ -42,11 +42,11 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
     if not names:
         raise ValueError(f"no model in {', '.join(options.model_repository)}")
     if INGRESS in names:
-        raise ValueError(f"a model may not be named '{INGRESS}': the ingress deployment has that name")
+        raise ValueError(f"a model may not be named '{INGRESS}': the front door deployment has that name")
     models = {name: _deployment(ModelReplica).options(name=name, **options.options_for(name))
               .bind(options.model_repository, name, options.backend_config) for name in names}
-    ingress = _deployment(FrontDoor).options(name=INGRESS, **options.ingress_options)
-    return ingress.bind(models, options.server_id, options.frontend_options())
+    front_door = _deployment(FrontDoor).options(name=INGRESS, **options.ingress_options)
+    return front_door.bind(models, options.server_id, options.frontend_options())
 
 
 def _deployment(cls: type) -> Deployment:
