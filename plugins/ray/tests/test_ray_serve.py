@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import httpx
 import numpy as np
@@ -25,6 +26,7 @@ from tritonclient.utils import InferenceServerException
 from triton_serve.plugin import ServerOptions
 from triton_serve.testing import RunningServer, free_port
 from triton_serve_ray import build_app, deploy
+from triton_serve_ray.registry import registry_of
 
 NODE_CPUS = 2  # logical CPUs Ray may schedule per node; every replica here asks for a tenth of one
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; Ray's minimum is 75 MiB
@@ -37,7 +39,8 @@ STREAMER = "token_streamer"  # decoupled
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
                "upscale_delay_s": 1, "downscale_delay_s": 3}
 SECOND_NODE = "second_node"  # a resource only the worker node has: the decoupled model's replica runs there
-SCALE_TIMEOUT_S = 150  # starting a replica on a busy 2-core machine can take a while
+SCALE_TIMEOUT_S = 150
+REQUEST_TIMEOUT_S = 30  # a request of the load unanswered this long is a failure  # starting a replica on a busy 2-core machine can take a while
 
 
 @pytest.fixture(scope="module")
@@ -287,12 +290,14 @@ def test_same_answer_as_the_single_server(ray_url: str, single_url: str, method:
 
 @dataclass
 class Load:
-    """Threads sending requests and checking every answer until stopped."""
+    """Threads sending requests and checking every answer until stopped; a request unanswered after
+    ``REQUEST_TIMEOUT_S`` is a failure, and a thread still waiting when the load stops is counted in ``hung``."""
 
     send: Callable[[http.InferenceServerClient, int], None]
     url: str
     threads: int
     done: int = 0
+    hung: int = 0
     failures: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -306,10 +311,11 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         for worker in self._workers:
-            worker.join(60)
+            worker.join(2 * REQUEST_TIMEOUT_S)
+        self.hung = sum(worker.is_alive() for worker in self._workers)
 
     def _run(self, number: int) -> None:
-        client = http.InferenceServerClient(self.url, network_timeout=120)
+        client = http.InferenceServerClient(self.url, network_timeout=REQUEST_TIMEOUT_S)
         while not self._stop.is_set():
             try:
                 self.send(client, number)
@@ -342,7 +348,7 @@ def test_autoscaling_adds_a_replica_under_load_and_removes_it_when_idle(ray_url:
         wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"a second {SCALED} replica under load")
         served = load.done
         wait_until(lambda: load.done > served + 20, 60, "requests served by the scaled-up deployment")
-    assert not load.failures, load.failures[:5]
+    assert not load.failures and not load.hung, (load.hung, load.failures[:5])
     wait_until(lambda: running_replicas(SCALED) == 1 and len(replica_actor_names(SCALED)) == 1,
                SCALE_TIMEOUT_S, f"{SCALED} back to one replica once idle")
 
@@ -353,9 +359,17 @@ def replaced(killed: str) -> bool:
     return killed not in names and len(names) == 2
 
 
+def routed_replicas(model: str) -> list[str]:
+    """The channel addresses the front door routes ``model``'s requests to."""
+    table = cast(dict[str, list[str]], ray.get(registry_of(APP).replicas.remote(), timeout=30))
+    return table.get(model, [])
+
+
 def test_a_killed_replica_is_replaced_and_no_request_fails(ray_url: str) -> None:
     before = replica_actor_names(FIXED)
     assert len(before) == 2 and running_replicas(FIXED) == 2
+    routed = routed_replicas(FIXED)
+    assert len(routed) == 2
     with Load(send_add_sub, ray_url, threads=3) as load:
         wait_until(lambda: load.done > 20, 60, "requests before the kill")
         ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)
@@ -363,10 +377,12 @@ def test_a_killed_replica_is_replaced_and_no_request_fails(ray_url: str) -> None
         wait_until(lambda: load.done > served + 50, 60, "requests after the kill")
         wait_until(lambda: replaced(before[0]) and running_replicas(FIXED) == 2, SCALE_TIMEOUT_S,
                    f"Ray to replace the killed {FIXED} replica")
+        wait_until(lambda: len(routed_replicas(FIXED)) == 2, 30, "the replacement in the routing table")
         served = load.done
         wait_until(lambda: load.done > served + 20, 60, "requests after the replacement")
-    assert not load.failures, load.failures[:5]
+    assert not load.failures and not load.hung, (load.hung, load.failures[:5])
     assert before[1] in replica_actor_names(FIXED)
+    assert len(set(routed_replicas(FIXED)) - set(routed)) == 1  # one address gone, its replacement's come
 
 
 # ---- a model that cannot load ------------------------------------------------------------------
