@@ -1,4 +1,5 @@
-"""The wire between front-end processes and the model owner: binary frames over a Unix socket.
+"""The wire between front-end processes and the model owner: binary frames over a Unix socket (or over TCP, from
+a front-end on another host: ``frontend_pool.serve_channel``).
 
 A frame is a fixed header (kind, id, metadata length, tensor-data length), the metadata as a
 ``marshal``-ed tuple of plain values, then one buffer with every tensor's bytes. Tensors and errors
