@@ -127,6 +127,30 @@ def test_no_live_replica_is_a_clear_unavailable(replicas: list[tuple[Replica, st
     asyncio.run(asyncio.wait_for(check(), 60))
 
 
+def test_one_request_at_a_time_goes_to_each_replica_in_turn(replicas: list[tuple[Replica, str]]) -> None:
+    addresses = [address for _, address in replicas]
+
+    async def successes(dataplane: ChannelDataPlane) -> list[int]:
+        counts = []
+        for address in addresses:
+            stats = await dataplane._replicas[address].link.forward("model_statistics",
+                                                                    {"name": "add_sub", "version": None})
+            counts.append(stats[0]["inference_stats"]["success"]["count"])
+        return counts
+
+    async def run() -> list[int]:
+        dataplane = await started(["add_sub"], {"add_sub": addresses})
+        try:
+            before = await successes(dataplane)
+            for number in range(4):
+                request, _ = add_sub_request(number)
+                await infer_one(dataplane, request, "")
+            return [after - first for after, first in zip(await successes(dataplane), before)]
+        finally:
+            dataplane.stop()
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == [2, 2]
+
+
 def test_a_replica_killed_under_load_loses_no_request(replicas: list[tuple[Replica, str]]) -> None:
     """Eight clients send 400 requests in all over two replicas; one is killed after 100 are answered: every
     request is answered (the killed replica's are sent to the other), none is lost or left waiting."""

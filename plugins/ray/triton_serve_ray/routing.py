@@ -74,7 +74,7 @@ def no_replica(model: str, why: str) -> ServerError:
 
 class ChannelDataPlane(ForwardingDataPlane):
     """The seam the front door's HTTP and gRPC front-ends call. A call or request naming a model goes to the
-    live replica of that model holding the fewest requests; one naming none to a replica of every model, the
+    live replica of that model holding the fewest requests (among equals, each in turn); one naming none to a replica of every model, the
     answers joined; those ``REFUSED`` are refused. A request whose replica's channel closes before it
     answered (the replica died) is sent to another replica, ``ATTEMPTS`` replicas in all, then answered
     UNAVAILABLE; one that already streamed responses is answered UNAVAILABLE at once.
@@ -93,6 +93,7 @@ class ChannelDataPlane(ForwardingDataPlane):
         self._replicas: dict[str, Replica] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refresher: asyncio.Task[None] | None = None
+        self._turn = 0  # rotates the choice among equally loaded replicas
 
     # ---- the routing table ----------------------------------------------------------------------
 
@@ -147,8 +148,13 @@ class ChannelDataPlane(ForwardingDataPlane):
         task.add_done_callback(self._tasks.discard)
 
     def _pick(self, model: str, tried: frozenset[str]) -> Replica | None:
+        """The live replica holding the fewest requests; among equals, each in turn."""
         live = [replica for replica in self._routes.get(model, ()) if replica.alive and replica.address not in tried]
-        return min(live, key=lambda replica: replica.outstanding) if live else None
+        if not live:
+            return None
+        self._turn += 1
+        start = self._turn % len(live)
+        return min(live[start:] + live[:start], key=lambda replica: replica.outstanding)
 
     async def _replica_for(self, model: str, tried: frozenset[str] = frozenset(),
                            wait_s: float = REPLICA_WAIT_S) -> Replica:
