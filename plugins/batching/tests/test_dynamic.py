@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -14,8 +15,9 @@ import tritonclient.http as httpclient
 from google.protobuf import text_format
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import (InferenceClient, InferenceRequest, InstancePool, InstanceSpec, ModelConfig,
-                                 ModelContext, ModelInstanceGroup, ModelSpec, Tensor)
+from triton_serve.plugin import (InferenceClient, InferenceRequest, InferenceResponse, InstancePool, InstanceSpec,
+                                 ModelConfig, ModelContext, ModelInstance, ModelInstanceGroup, ModelSpec, ServerError,
+                                 Status, Tensor)
 from triton_serve.testing import ProbeBackend, probe_config
 from triton_serve_batching.dynamic import DynamicBatcher
 
@@ -351,3 +353,97 @@ def test_the_largest_preferred_prefix_goes_even_when_max_batch_size_is_full(serv
     results = _concurrently([lambda: _infer(server, module)] * 4, stagger_s=0.02)
     assert [r["batch"] for r in results] == [2, 2, 2, 2]
     assert _batch_sizes(_stats(server)) == {2: 2}
+
+
+class _GatedInstance(ModelInstance):
+    """An instance that could take 8 batches at once (as a Python model's worker) and ends each batch only
+    when the test says: ``runs`` holds each execution's requests, ``gates`` what ends it."""
+
+    max_batches_in_flight = 8
+
+    def __init__(self) -> None:
+        self.runs: list[list[InferenceRequest]] = []
+        self.gates: list[asyncio.Event] = []
+        self.open = False  # set: every execution ends at once
+
+    async def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        self.runs.append(list(requests))
+        self.gates.append(asyncio.Event())
+        if not self.open:
+            await self.gates[-1].wait()
+        return [InferenceResponse() for _ in requests]
+
+    def open_all(self) -> None:
+        self.open = True
+        for gate in self.gates:
+            gate.set()
+
+
+def _gated_scenario(tmp_path: Any, extra_config: str, steps: Callable[..., Any]) -> Any:
+    """Run ``steps(batcher, instance, request)`` on a batcher over one gated instance (max_batch_size 16)."""
+    config = text_format.Parse(probe_config(max_batch_size=16) + extra_config, ModelConfig(name="probe"))
+    spec = ModelSpec("probe", 1, config, tmp_path, tmp_path / "1")
+    instance = _GatedInstance()
+
+    def request() -> InferenceRequest:
+        return InferenceRequest("probe", 1, inputs={"INPUT0": Tensor("INPUT0", "FP32", (1, 1),
+                                                                     np.zeros((1, 1), np.float32))})
+
+    async def scenario() -> Any:
+        pool = InstancePool(spec, [instance])
+        batcher = DynamicBatcher(ModelContext(spec, pool, pool.stats, InferenceClient()))
+        await batcher.start()
+        try:
+            return await asyncio.wait_for(steps(batcher, instance, request), 30)
+        finally:
+            instance.open_all()
+            await asyncio.wait_for(batcher.stop(), 30)
+
+    return asyncio.run(scenario())
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
+def test_requests_arriving_while_a_batch_runs_stay_queued_for_the_next_batch(tmp_path) -> None:
+    """Triton's DynamicBatchScheduler: a batch leaves the queue when an instance can start it, even an instance
+    that takes several batches at once; 1 + 11 requests run as 2 executions."""
+    async def steps(batcher: DynamicBatcher, instance: _GatedInstance, request: Callable[[], InferenceRequest]) -> Any:
+        batcher.enqueue(request())
+        await _until(lambda: len(instance.runs) == 1)
+        for _ in range(11):
+            batcher.enqueue(request())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        queued = len(batcher.queue)
+        instance.gates[0].set()
+        await _until(lambda: len(instance.runs) == 2)
+        return queued, [len(run) for run in instance.runs]
+
+    assert _gated_scenario(tmp_path, "dynamic_batching { }", steps) == (11, [1, 11])
+
+
+def test_a_full_queue_counts_what_waits_while_a_batch_runs(tmp_path) -> None:
+    """Triton: with max_queue_size 8, while a batch of 8 runs, 10 more requests: 8 wait, 2 are refused."""
+    async def steps(batcher: DynamicBatcher, instance: _GatedInstance, request: Callable[[], InferenceRequest]) -> Any:
+        batcher.enqueue(request())
+        await _until(lambda: len(instance.runs) == 1)
+        for _ in range(8):
+            batcher.enqueue(request())
+        instance.gates[0].set()
+        await _until(lambda: len(instance.runs) == 2)
+        refused = []
+        for _ in range(10):
+            try:
+                batcher.enqueue(request())
+            except ServerError as error:
+                refused.append((error.status, error.message))
+            await asyncio.sleep(0)
+        return [len(run) for run in instance.runs], refused
+
+    sizes, refused = _gated_scenario(tmp_path, "dynamic_batching { default_queue_policy { max_queue_size: 8 } }",
+                                     steps)
+    assert sizes == [1, 8]
+    assert refused == [(Status.UNAVAILABLE, "[request id: <id_unknown>] Exceeds maximum queue size")] * 2
