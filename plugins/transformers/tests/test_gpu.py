@@ -5,6 +5,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,8 @@ def test_kind_gpu_generates_on_cuda(tmp_path: Path, tserve: Callable[..., Runnin
     (tmp_path / "models" / "tiny" / "config.pbtxt").write_text(CONFIG)
     server = tserve(tmp_path / "models")
     tokenizer = AutoTokenizer.from_pretrained(weights)
-    model = AutoModelForCausalLM.from_pretrained(weights).to("cuda:0").eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(weights)
+    model = model.to("cuda:0").eval()
 
     def reference(prompt: str, max_tokens: int) -> str:
         ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"].to("cuda:0")
@@ -42,9 +44,9 @@ def test_kind_gpu_generates_on_cuda(tmp_path: Path, tserve: Callable[..., Runnin
 
     jobs = [("a", 20), ("Hello there", 9), ("x" * 40, 15), ("go", 12), ("abc", 6)]
 
-    async def run(sampling: list[dict[str, object]]) -> list[str]:
+    async def run(sampling: list[dict[str, Any]]) -> list[str]:
         async with httpx.AsyncClient(timeout=120) as http:
-            async def one(prompt: str, parameters: dict[str, object]) -> str:
+            async def one(prompt: str, parameters: dict[str, Any]) -> str:
                 answer = await http.post(f"http://{server.http_url}/v2/models/tiny/generate", json={
                     "text_input": prompt, "sampling_parameters": json.dumps(parameters)})
                 assert answer.status_code == 200, answer.text

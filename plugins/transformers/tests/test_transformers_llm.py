@@ -1,5 +1,6 @@
-"""The transformers backend serving a tiny random-weight Llama model made here, through the OpenAI front-end: its
-answers are those of the model run step by step in the test, alone or continuously batched with others."""
+"""The transformers backend serving a tiny random-weight Llama model made here, through the OpenAI front-end and
+Triton's generate extension: its answers are those of transformers' own ``generate`` on the same weights, alone or
+continuously batched with others."""
 from __future__ import annotations
 
 import asyncio
@@ -180,7 +181,7 @@ def test_a_client_that_leaves_frees_its_sequence_and_the_others_go_on(server: Ru
                 if line.startswith("data: "):
                     return  # closing the stream cancels the request
 
-    async def run() -> list[Any]:
+    async def run() -> tuple[str, None, str]:
         async with _async_client(server) as client, httpx.AsyncClient(timeout=60) as http:
             return await asyncio.gather(_stream(client, "Hello there", 40), leave(http), _stream(client, "abc", 35))
 

@@ -132,11 +132,13 @@ class SlotCache:
 
 def slot_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: Any, scaling: float | None = None, dropout: float = 0.0,
-                   sliding_window: int | None = None, slot_cache: SlotCache | None = None,
-                   **_: Any) -> tuple[torch.Tensor, None]:
+                   sliding_window: int | None = None, slot_cache: SlotCache | None = None, softcap: float | None = None,
+                   s_aux: torch.Tensor | None = None, **_: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: the forward pass hands over the cache as ``slot_cache``."""
     if slot_cache is None:
         raise RuntimeError(f"attention '{ATTENTION}' runs only inside the transformers backend's engine")
+    if softcap is not None or s_aux is not None:
+        raise NotImplementedError("attention with logit soft-capping or sinks is not supported by this engine")
     return slot_cache.attend(module.layer_idx, query, key, value, scaling, sliding_window), None
 
 
