@@ -5,8 +5,8 @@ import json
 
 import httpx
 import numpy as np
-import tritonclient.http as httpclient
 import pytest
+import tritonclient.http as httpclient
 
 from triton_serve._engine.errors import ServerError
 from triton_serve._engine.frontend.http.generate import SINGLE_RESPONSE

@@ -31,7 +31,6 @@ import asyncio
 import threading
 import time
 
-import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -105,7 +104,6 @@ class TritonPythonModel:
 ASYNC = "\nTritonPythonModel.execute = TritonPythonModel.execute_async\n"
 
 RAISING = """
-import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -135,7 +133,6 @@ class TritonPythonModel:
 
 # Forwards, through its own sender, the responses of a BLS request to the decoupled "planned" model.
 BLS_STREAMER = """
-import httpx
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
