@@ -73,8 +73,8 @@ class ModelInstance(ABC):
 
     # How many batches the scheduler may hand this instance at once. 1: ``execute`` never runs concurrently.
     # An instance that sends batches to a process of its own, which runs them in order, may take more: the
-    # next batch is then already there when one ends (a Python model's worker takes 2). The sequence batcher
-    # always runs one batch at a time per instance.
+    # next batch is then already there when one ends (a Python model's instance takes 8). The dynamic batcher
+    # still hands each instance one batch at a time, as Triton's does; the sequence batcher always does.
     max_batches_in_flight: int = 1
 
     async def load(self) -> None:
