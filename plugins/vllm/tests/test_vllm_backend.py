@@ -20,7 +20,7 @@ from triton_serve_vllm.engine_client import ENGINES
 
 
 MODEL = "llm"  # conftest.py's model
-MAX_MODEL_LEN = 2048  # its model.json's max_model_len
+MAX_MODEL_LEN = 8192  # its model.json's max_model_len
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")  # the random model samples them too; the text leaves them out
 WAIT_S = 120  # a bound on every wait: generous, two busy cores
 
@@ -240,9 +240,9 @@ def test_tritons_vllm_metrics_are_reported(server: RunningServer, http_url: str)
     for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert f"# TYPE {gauge} gauge" in text and f"{gauge}{labels} " in text
     assert f'vllm:time_to_first_token_seconds_bucket{{model="{MODEL}",version="1",le="0.001"}}' in text
-    # vLLM's 1-2-5 buckets up to max_model_len (2048)
-    assert f'vllm:request_prompt_tokens_bucket{{model="{MODEL}",version="1",le="2000"}}' in text
-    assert f'vllm:request_prompt_tokens_bucket{{model="{MODEL}",version="1",le="5000"}}' not in text
+    # vLLM's 1-2-5 buckets up to max_model_len (8192)
+    assert f'vllm:request_prompt_tokens_bucket{{model="{MODEL}",version="1",le="5000"}}' in text
+    assert f'vllm:request_prompt_tokens_bucket{{model="{MODEL}",version="1",le="10000"}}' not in text
 
 
 def test_a_model_without_model_json_fails_to_load_naming_the_file(server: RunningServer) -> None:

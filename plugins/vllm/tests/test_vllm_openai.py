@@ -77,7 +77,7 @@ def test_bad_sampling_parameters_are_a_400_with_vllms_message(client: openai.Ope
 def test_a_client_that_leaves_a_stream_aborts_its_vllm_request(http_url: str, server: RunningServer) -> None:
     (engine,) = [engine for engine in ENGINES if engine.dead is None]
     aborted_before = engine.aborted
-    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2000, "stream": True, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8000, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"http://{http_url}/v1/completions", json=body, timeout=WAIT_S) as response:
         assert response.status_code == 200
         next(response.iter_lines())  # the first chunk arrived: generation runs; leave

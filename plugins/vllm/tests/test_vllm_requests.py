@@ -8,7 +8,7 @@ import pytest
 from vllm.sampling_params import RequestOutputKind
 
 from triton_serve_vllm.embedding import pooling_request
-from triton_serve_vllm.protocol import Flags, Generate
+from triton_serve_vllm.protocol import Flags, Generate, Outputs
 from triton_serve_vllm.sampling import BadRequest, sampling_params
 
 
@@ -64,3 +64,14 @@ def test_embedding_requests_take_a_text_or_token_ids_and_dimensions() -> None:
     assert prompt == {"prompt_token_ids": [1, 2, 3]} and params.dimensions is None
     with pytest.raises(BadRequest, match="must be a text or a list of token ids"):
         pooling_request(json.dumps({"input": {"a": 1}}))
+
+
+def test_outputs_that_arrive_together_make_one_response() -> None:
+    earlier = Outputs(["ab", ""], ["", ""], [-1.0, 0.0], ['[{"1": {"logprob": -1.0}}]', "[]"], [2, 0], 5)
+    later = Outputs(["c", "x"], ["length", ""], [-2.0, -0.5], ['[{"2": {"logprob": -1.0}}]', '[{"3": {}}]'], [1, 1])
+    merged = earlier.then(later)
+    assert merged.text == ["abc", "x"] and merged.finish_reason == ["length", ""]
+    assert merged.cumulative_logprob == [-2.0, -0.5] and merged.num_output_tokens == [3, 1]
+    assert [json.loads(item) for item in merged.logprobs or []] == [
+        [{"1": {"logprob": -1.0}}, {"2": {"logprob": -1.0}}], [{"3": {}}]]
+    assert merged.num_input_tokens == 5

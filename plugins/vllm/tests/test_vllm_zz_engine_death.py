@@ -22,7 +22,7 @@ def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: Run
     (engine,) = [engine for engine in ENGINES if engine.dead is None]
     assert engine.pid is not None
     body = {"text_input": "Hello", "stream": True,
-            "sampling_parameters": json.dumps({"max_tokens": 2000, "ignore_eos": True})}
+            "sampling_parameters": json.dumps({"max_tokens": 8000, "ignore_eos": True})}
     url = f"http://{server.http_url}/v2/models/{MODEL}/generate_stream"
     with httpx.stream("POST", url, json=body, timeout=WAIT_S) as response:
         lines = response.iter_lines()

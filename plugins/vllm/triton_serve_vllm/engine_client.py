@@ -105,15 +105,21 @@ class EngineClient:
     # ---- frames from the engine process -----------------------------------------------------------
 
     def _on_messages(self, messages: list[Any]) -> None:
+        """The engine's messages. Outputs of one request that arrived together make one response: when the server
+        falls behind vLLM, its responses catch up (as vLLM's own server merges the deltas its client has not
+        taken yet)."""
         requests = self._requests
+        waiting: dict[int, tuple[Outputs, bool]] = {}  # outputs not sent yet, by request
         for message in messages:
             kind = message[0]
             if kind == "out":
                 _, key, outputs, final = message
-                request = requests.pop(key, None) if final else requests.get(key)
-                if request is not None and not request.finished:
-                    request.send(InferenceResponse(_tensors(outputs)), final=final)
-            elif kind == "error":
+                earlier = waiting.pop(key, None)
+                waiting[key] = (earlier[0].then(outputs) if earlier is not None else outputs, final)
+                continue
+            if kind in ("error", "aborted") and message[1] in waiting:  # first what came before it
+                self._send_outputs(message[1], *waiting.pop(message[1]))
+            if kind == "error":
                 _, key, text, status = message
                 request = requests.pop(key, None)
                 if request is not None and not request.finished:
@@ -131,6 +137,13 @@ class EngineClient:
                 self._started.set_result(message[1])
             elif kind == "fatal" and self._started is not None and not self._started.done():
                 self._started.set_exception(ServerError(f"{self.label}: the vLLM engine did not start: {message[1]}"))
+        for key, (outputs, final) in waiting.items():
+            self._send_outputs(key, outputs, final)
+
+    def _send_outputs(self, key: int, outputs: Outputs, final: bool) -> None:
+        request = self._requests.pop(key, None) if final else self._requests.get(key)
+        if request is not None and not request.finished:
+            request.send(InferenceResponse(_tensors(outputs)), final=final)
 
     def _on_closed(self, error: Exception | None) -> None:
         if self._started is not None and not self._started.done():

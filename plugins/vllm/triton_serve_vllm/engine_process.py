@@ -15,6 +15,8 @@ import socket
 import sys
 from typing import Any
 
+import uvloop
+
 from .protocol import Embed, EngineInfo, FrameProtocol, Generate, Start
 
 log = logging.getLogger("triton_serve_vllm.engine")
@@ -192,7 +194,7 @@ class EngineProcess:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = socket.socket(fileno=int(sys.argv[1]))
-    asyncio.run(EngineProcess(sock).run())
+    uvloop.run(EngineProcess(sock).run())  # the loop vLLM's own server runs on
 
 
 if __name__ == "__main__":

@@ -87,6 +87,27 @@ class Outputs:
     num_output_tokens: list[int] | None = None
     num_input_tokens: int | None = None
 
+    def then(self, later: Outputs) -> Outputs:
+        """One response saying what this one and the ``later`` one of the same request say."""
+        return Outputs([text + more for text, more in zip(self.text, later.text)],
+                       None if later.finish_reason is None or self.finish_reason is None else
+                       [reason or before for before, reason in zip(self.finish_reason, later.finish_reason)],
+                       later.cumulative_logprob,
+                       None if later.logprobs is None or self.logprobs is None else
+                       [_joined(before, more) for before, more in zip(self.logprobs, later.logprobs)],
+                       None if later.num_output_tokens is None or self.num_output_tokens is None else
+                       [count + more for count, more in zip(self.num_output_tokens, later.num_output_tokens)],
+                       self.num_input_tokens)
+
+
+def _joined(before: str, more: str) -> str:
+    """Two JSON lists of logprobs as one ("null" when none were asked for)."""
+    if before in ("[]", "null"):
+        return more
+    if more in ("[]", "null"):
+        return before
+    return f"{before[:-1]}, {more[1:]}"
+
 
 @dataclass
 class MetricUpdate:
@@ -119,7 +140,7 @@ def encode(messages: list[Any]) -> bytes:
 
 
 class FrameProtocol(asyncio.Protocol):
-    """Reads frames from a stream socket and hands each frame's messages to ``on_messages``; ``on_closed`` is
+    """Reads frames from a stream socket and hands their messages to ``on_messages``; ``on_closed`` is
     called once when the other end goes away (with the error, if any)."""
 
     def __init__(self, on_messages: Callable[[list[Any]], None],
@@ -133,19 +154,23 @@ class FrameProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        """Hand over the messages of every whole frame received, together (a reader that fell behind catches up
+        in one go)."""
         buffer = self._buffer
         buffer += data
         start = 0
+        messages: list[Any] = []
         while len(buffer) - start >= 4:
             (length,) = _LENGTH.unpack_from(buffer, start)
             end = start + 4 + length
             if len(buffer) < end:
                 break
-            messages = pickle.loads(buffer[start + 4:end])
+            messages += pickle.loads(buffer[start + 4:end])
             start = end
-            self._on_messages(messages)
         if start:
             del buffer[:start]
+        if messages:
+            self._on_messages(messages)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_closed(exc)
