@@ -26,6 +26,8 @@ ENGINES: weakref.WeakSet[EngineClient] = weakref.WeakSet()
 
 # How long an engine process may take to exit once its socket closed (vLLM shuts its own processes down first).
 EXIT_WAIT_S = 30.0
+# How long an engine may take to get ready: vLLM's first start compiles the model (minutes on a busy CPU).
+START_WAIT_S = 1200.0
 
 
 class EngineClient:
@@ -64,7 +66,11 @@ class EngineClient:
             lambda: FrameProtocol(self._on_messages, self._on_closed), sock=ours)
         self._protocol.send([("start", start)])
         try:
-            self.info = await self._started
+            self.info = await asyncio.wait_for(self._started, START_WAIT_S)
+        except asyncio.TimeoutError:
+            await self.stop()
+            raise ServerError(f"{self.label}: the vLLM engine did not get ready within {START_WAIT_S:.0f} s "
+                              "(its log above says how far it got)") from None
         except BaseException:
             await self.stop()
             raise
