@@ -111,6 +111,13 @@ remove_unloadable_torch_companions() {
         step "pip uninstall ${broken[*]} (built for another torch build: they cannot be imported)"
         "$venv/bin/python" -m pip uninstall -q -y "${broken[@]}"
     fi
+    # OpenAI's Triton compiler (1 GB, GPU kernels; xgrammar's dependency) serves nothing on a CPU torch, and
+    # whatever imports it (transformers does) prints nanobind's leak report at every exit: off a CPU install.
+    if "$venv/bin/python" -m pip show -q triton >/dev/null 2>&1 &&
+        "$venv/bin/python" -c "import sys, torch; sys.exit(torch.version.cuda is not None)" >/dev/null 2>&1; then
+        step "pip uninstall triton (GPU kernels, with a CPU torch)"
+        "$venv/bin/python" -m pip uninstall -q -y triton
+    fi
 }
 
 install_perf_analyzer() {
