@@ -185,6 +185,20 @@ class InferenceRequest:
             if self.on_cancel is not None:
                 self.on_cancel()
 
+    def when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the request is cancelled, after what ``on_cancel`` already does; at once when it is
+        cancelled already (event loop)."""
+        if self.cancelled.is_set():
+            callback()
+            return
+        before = self.on_cancel
+
+        def cancelled() -> None:
+            if before is not None:
+                before()
+            callback()
+        self.on_cancel = cancelled
+
     def set_sink(self, sink: ResponseSink) -> None:
         """Deliver every response to ``sink`` as it is sent (set before the request is submitted)."""
         self._sink = sink

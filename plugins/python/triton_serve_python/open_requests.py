@@ -50,17 +50,8 @@ class OpenRequests:
         return keys
 
     def _watch(self, key: int, request: InferenceRequest) -> None:
-        """End the request when it is cancelled (chained after the request's own ``on_cancel``)."""
-        if request.cancelled.is_set():
-            self._end_cancelled(key)
-            return
-        before = request.on_cancel
-
-        def cancelled() -> None:
-            if before is not None:
-                before()
-            self._end_cancelled(key)
-        request.on_cancel = cancelled
+        """End the request when it is cancelled."""
+        request.when_cancelled(lambda: self._end_cancelled(key))
 
     def _end_cancelled(self, key: int) -> None:
         request = self._requests.pop(key, None)

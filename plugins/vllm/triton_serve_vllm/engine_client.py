@@ -86,18 +86,7 @@ class EngineClient:
         self._requests[key] = request
         assert self._protocol is not None
         self._protocol.send([message])
-        self._watch(key, request)
-
-    def _watch(self, key: int, request: InferenceRequest) -> None:
-        before = request.on_cancel
-
-        def cancelled() -> None:
-            if before is not None:
-                before()
-            self._cancel(key)
-        request.on_cancel = cancelled
-        if request.cancelled.is_set():
-            self._cancel(key)
+        request.when_cancelled(lambda: self._cancel(key))
 
     def _cancel(self, key: int) -> None:
         request = self._requests.pop(key, None)
