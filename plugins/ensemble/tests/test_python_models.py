@@ -79,14 +79,14 @@ def test_a_streaming_step_and_bls_into_an_ensemble(tserve, tmp_path: Path) -> No
             break
         tokens.append(result.as_numpy("text_output")[0])
     grpc.stop_stream()
-    assert tokens == [b"one", b"two", b"three"]
+    assert tokens == [b"one", b" two", b" three"]
 
     events = []
     with httpx.stream("POST", f"http://{server.http_url}/v2/models/stream_text/generate_stream",
                       json={"text_input": "four five"}, timeout=60) as response:
         assert response.status_code == 200
         events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
-    assert [event["text_output"] for event in events] == ["four", "five"]
+    assert [event["text_output"] for event in events] == ["four", " five"]
 
     raw = httpclient.InferInput("RAW", [1, 16], "FP32")
     values = np.arange(16, dtype=np.float32).reshape(1, 16)

@@ -328,7 +328,7 @@ def test_example_repository_over_grpc(python_server: Any) -> None:
         tokens.append(result.as_numpy("text_output")[0])
     client.stop_stream()
     client.close()
-    assert tokens == [b"stream", b"these", b"four", b"tokens"]
+    assert tokens == [b"stream", b" these", b" four", b" tokens"]
 
     async def with_aio() -> list[Any]:
         aio = grpcaio.InferenceServerClient(server.grpc_url)

@@ -228,7 +228,7 @@ def test_grpc_decoupled_stream_ends(front_door: FrontDoor) -> None:
                 tokens.append(result.as_numpy("text_output")[0])  # type: ignore[attr-defined]
             if response.parameters["triton_final_response"].bool_param:
                 break
-        assert tokens == [b"one", b"two", b"three"]
+        assert tokens == [b"one", b" two", b" three"]
     finally:
         client.stop_stream()
         client.close()
