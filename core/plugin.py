@@ -17,7 +17,8 @@ from ._engine.errors import ServerError, Status
 from ._engine.framework import FrameworkInstance
 from ._engine.hookspecs import hookimpl
 from ._engine.frontend.http.app import DEFAULT_MAX_INPUT_SIZE, http_asgi_app
-from ._engine.inference import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ._engine.inference import (InferenceRequest, InferenceResponse, RequestContent, RequestedOutput, ResponseContent,
+                                Tensor)
 from ._engine.options import AutoCompleteOptions, NoOptions, model_parameters, option, parse_bool, parse_options
 from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
                                               ModelInstanceGroup, ModelOptimizationPolicy, ModelOutput,
@@ -34,8 +35,8 @@ from ._engine.seam import REMOTE_CALLS, DataPlaneAPI, ForwardingDataPlane, call_
 from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
 from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
-from ._engine.wire import (TensorLayout, TensorRef, WireError, decode_error, encode_error, pack_tensors, read_tensor,
-                           tensor_from)
+from ._engine.wire import (ContentMeta, TensorLayout, TensorRef, WireError, content_type_names, decode_content,
+                           decode_error, encode_content, encode_error, pack_tensors, read_tensor, tensor_from)
 
 __all__ = [
     # hooks and registries
@@ -47,7 +48,8 @@ __all__ = [
     # requests, responses, tensors
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
-    # tensors and errors across a process boundary (one binary form: wire.py)
+    # requests, responses, tensors and errors across a process boundary (one binary form: wire.py)
+    "RequestContent", "ResponseContent", "ContentMeta", "encode_content", "decode_content", "content_type_names",
     "TensorRef", "TensorLayout", "pack_tensors", "read_tensor", "tensor_from", "WireError", "encode_error", "decode_error",
     # batches
     "concat_inputs", "split_outputs", "request_batch_size",

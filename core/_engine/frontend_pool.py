@@ -207,7 +207,7 @@ class _FrontendProcess:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "triton_serve._engine.frontend.process", str(frontend_end.fileno()),
                 json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
-                pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
+                json.dumps(wire.content_type_names()), pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
             endpoint = self.endpoint = _Endpoint(self.pool.dataplane, started)
             await loop.create_unix_connection(lambda: endpoint, sock=owner_end)
         except BaseException:

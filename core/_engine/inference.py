@@ -5,8 +5,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -90,18 +90,71 @@ class RequestedOutput:
     parameters: Parameters = field(default_factory=dict)
 
 
+# Field metadata that tells the codec (wire.py) how a content field crosses a process boundary; a field without
+# it crosses as a plain value (None, bool, int, float, str, bytes, and lists, tuples and dicts of them).
+TENSORS = {"wire": "tensors"}  # a tuple of Tensors: descriptors in the metadata, bytes in the tensor buffer
+REQUESTED_OUTPUTS = {"wire": "requested_outputs"}  # a tuple of RequestedOutputs
+ERROR = {"wire": "error"}  # a ServerError or None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContent:
+    """What a client asked of a model, and nothing else: the one form of a request that crosses a process
+    boundary (front-end process to model owner, owner to a worker process, a front door to a Ray replica), in
+    wire.py's one encoding. A field added here (or in a subclass set as ``InferenceRequest.content_type``)
+    crosses every boundary with no change to the codec."""
+
+    model_name: str
+    model_version: int | None = None  # None: the model's policy picks (the latest)
+    id: str = ""
+    parameters: Parameters = field(default_factory=dict)
+    inputs: tuple[Tensor, ...] = field(default=(), metadata=TENSORS)
+    outputs: tuple[RequestedOutput, ...] = field(default=(), metadata=REQUESTED_OUTPUTS)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseContent:
+    """One response as it crosses a process boundary: output tensors and response parameters, or an error.
+    Whether it is a request's final response is the delivery's business (``InferenceRequest.send``)."""
+
+    outputs: tuple[Tensor, ...] = field(default=(), metadata=TENSORS)
+    parameters: Parameters = field(default_factory=dict)
+    error: ServerError | None = field(default=None, metadata=ERROR)
+
+
 @dataclass(slots=True)
 class InferenceResponse:
-    """One response: output tensors and response parameters, or an error."""
+    """One response: output tensors and response parameters, or an error. A backend builds and may change it;
+    ``content`` is its immutable form for a process boundary, ``from_content`` the response a receiver makes."""
+
+    # The content type responses cross in; a subclass set here adds fields (set it before any process starts:
+    # front-end processes and worker processes are told at start-up, ``wire.content_type_names``).
+    content_type: ClassVar[type[ResponseContent]] = ResponseContent
 
     outputs: list[Tensor] = field(default_factory=list)
     parameters: Parameters = field(default_factory=dict)
     error: ServerError | None = None
+    _received: ResponseContent | None = field(default=None, init=False, repr=False, compare=False)  # made from
 
     @classmethod
     def from_error(cls, error: ServerError) -> InferenceResponse:
         """A response that fails its request with ``error``."""
         return cls(error=error)
+
+    @classmethod
+    def from_content(cls, content: ResponseContent) -> InferenceResponse:
+        """The response ``content`` describes (received from another process); ``content`` keeps what it carries
+        beyond these fields for the next boundary."""
+        response = cls(list(content.outputs), content.parameters, content.error)
+        response._received = content
+        return response
+
+    @property
+    def content(self) -> ResponseContent:
+        """The response as it stands, as content (fields it was received with and does not hold kept)."""
+        if self._received is None:
+            return self.content_type(tuple(self.outputs), self.parameters, self.error)
+        return replace(self._received, outputs=tuple(self.outputs), parameters=self.parameters, error=self.error)
 
     def output(self, name: str) -> Tensor | None:
         """The output tensor called ``name``, or None."""
@@ -120,18 +173,27 @@ ResponseFilter = Callable[["InferenceRequest", "InferenceResponse | None", bool]
 class InferenceRequest:
     """A request to one model, and the channel its 0..N responses travel back on.
 
-    Front-ends build requests; the data plane validates them and hands them to the model's
-    scheduler; a backend answers through ``send`` (or by returning responses from
-    ``ModelInstance.execute``). ``send`` must be called on the server's event loop. The consumer
-    either sets a sink (``set_sink``: called at once for each response, no task or queue) or reads
-    ``responses()``.
+    Front-ends build requests (or ``from_content``, one received from another process); the data plane validates
+    them and hands them to the model's scheduler; a backend answers through ``send`` (or by returning responses
+    from ``ModelInstance.execute``). ``send`` must be called on the server's event loop. The consumer either sets
+    a sink (``set_sink``: called at once for each response, no task or queue) or reads ``responses()``.
+
+    What the client asked (``model_name``, ``model_version``, ``id``, ``parameters``, ``inputs``, ``outputs``) is
+    the request's working copy of its content: the data plane resolves the version, a sequence batcher adds
+    control inputs. ``content`` is its immutable form, the only thing that crosses a process boundary; the rest
+    (priority, timeout, sequence fields, cancellation, times, the response gate, sink and filter) is scheduling
+    state and response delivery, which stay in the process.
     """
+
+    # The content type requests cross in; a subclass set here adds fields (set it before any process starts:
+    # front-end processes and worker processes are told at start-up, ``wire.content_type_names``).
+    content_type: ClassVar[type[RequestContent]] = RequestContent
 
     __slots__ = (
         "model_name", "model_version", "id", "inputs", "outputs", "parameters", "priority",
         "timeout_us", "sequence_id", "sequence_start", "sequence_end", "cancelled", "arrival_ns",
         "enqueued_ns", "response_gate", "on_cancel", "trace", "_finished", "_filter", "_sink", "_pending",
-        "_waiter", "_held",
+        "_waiter", "_held", "_received",
     )
 
     def __init__(
@@ -172,6 +234,26 @@ class InferenceRequest:
         self._pending: deque[tuple[InferenceResponse | None, bool]] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._held: list[tuple[InferenceResponse | None, bool]] | None = None
+        self._received: RequestContent | None = None  # the content it was made from, with any fields of a subclass
+
+    @classmethod
+    def from_content(cls, content: RequestContent) -> InferenceRequest:
+        """The request ``content`` describes (received from another process)."""
+        request = cls(content.model_name, content.model_version, id=content.id,
+                      inputs={tensor.name: tensor for tensor in content.inputs}, outputs=list(content.outputs),
+                      parameters=content.parameters)
+        request._received = content
+        return request
+
+    @property
+    def content(self) -> RequestContent:
+        """What the client asked, as it stands now (version resolved, inputs added), as immutable content; the
+        fields of a received content that the request does not hold cross on with it."""
+        inputs, outputs = tuple(self.inputs.values()), tuple(self.outputs)
+        if self._received is None:
+            return self.content_type(self.model_name, self.model_version, self.id, self.parameters, inputs, outputs)
+        return replace(self._received, model_name=self.model_name, model_version=self.model_version, id=self.id,
+                       parameters=self.parameters, inputs=inputs, outputs=outputs)
 
     @property
     def finished(self) -> bool:

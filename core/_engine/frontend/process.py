@@ -1,5 +1,5 @@
-"""A front-end process, ``python -m triton_serve._engine.frontend.process <fd> <options JSON> <log settings JSON>``:
-it accepts HTTP and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner
+"""A front-end process, ``python -m triton_serve._engine.frontend.process <fd> <options JSON> <log settings JSON>
+<content types JSON>``: it accepts HTTP and gRPC on the server's ports (SO_REUSEPORT) and forwards every call to the model owner
 over a channel (``channel.py``), through ``RemoteDataPlane``, which offers the front-ends the data plane's
 methods; it logs as the owner's log settings say (``channel.LOG_SETTINGS`` brings each change)."""
 from __future__ import annotations
@@ -175,7 +175,10 @@ async def run(fd: int, options: FrontendOptions) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """``python -m triton_serve._engine.frontend.process FD OPTIONS LOG_SETTINGS CONTENT_TYPES`` (the last three as
+    JSON; the content types the owner's requests and responses cross in: ``wire.content_type_names``)."""
     apply_log_settings(LogSettings(**json.loads(argv[3])))
+    wire.use_content_types(json.loads(argv[4]))
     options = FrontendOptions.from_dict(json.loads(argv[2]))
     return run_on_fast_loop(run(int(argv[1]), options))
 

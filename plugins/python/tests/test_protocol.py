@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from triton_serve.plugin import (InferenceRequest, RequestedOutput, ServerError, Status, Tensor, TensorLayout,
-                                 read_tensor)
+from triton_serve.plugin import (InferenceRequest, RequestContent, RequestedOutput, ServerError, Status, Tensor,
+                                 TensorLayout, decode_content, read_tensor)
 from triton_serve.testing import assert_same_tensor, wire_samples
 from triton_serve_python.arena import ALIGNMENT
 from triton_serve_python.inline import pack_array, unpack_array
@@ -48,16 +48,19 @@ def test_execute_round_trip_keeps_every_field() -> None:
     kind, (input_arena, decoded) = _decode_one(encode(Kind.EXECUTE, ("arena_7", described)))
     assert (kind, input_arena) == (Kind.EXECUTE, "arena_7")
     assert decoded == described
-    (request_id, correlation_id, flags, timeout, outputs, parameters, refs), second = decoded
-    assert (request_id, correlation_id, flags, timeout) == ("req-1", 2**64 - 1, 3, 1500)
-    assert outputs == ["Y", "Z"] and second[4] == []
-    assert parameters == {"flag": True, "count": -3, "ratio": 0.5, "name": "x"}  # "priority" is a request field
-    assert type(parameters["flag"]) is bool and type(parameters["ratio"]) is float
-    assert second[:4] == ("", "sequence-\u00e9", 0, 0) and second[5] == {}
-    assert [ref[:3] for ref in refs] == [("X", "FP32", (2, 3)), ("WORDS", "BYTES", (2, 2))]
-    assert read_tensor(arena, refs[0], copy=True).tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert read_tensor(arena, refs[1], copy=True).tolist() == WORDS.tolist()
-    assert read_tensor(arena, second[6][0], copy=True).shape == (0, 3)
+    (meta, correlation_id, flags, timeout), second = decoded
+    assert (correlation_id, flags, timeout) == (2**64 - 1, 3, 1500)
+    assert second[1:] == ("sequence-\u00e9", 0, 0)
+    first, empty = (decode_content(RequestContent, item[0], arena) for item in decoded)
+    assert (first.model_name, first.model_version, first.id) == ("m", 1, "req-1")
+    assert [output.name for output in first.outputs] == ["Y", "Z"] and empty.outputs == ()
+    assert first.parameters == {"flag": True, "count": -3, "ratio": 0.5, "name": "x"}  # "priority" is a request field
+    assert type(first.parameters["flag"]) is bool and type(first.parameters["ratio"]) is float
+    assert empty.id == "" and empty.parameters == {}
+    assert [(t.name, t.datatype, t.shape) for t in first.inputs] == [("X", "FP32", (2, 3)), ("WORDS", "BYTES", (2, 2))]
+    assert first.inputs[0].data.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert first.inputs[1].data.tolist() == WORDS.tolist()
+    assert empty.inputs[0].data.shape == (0, 3)
 
 
 def test_result_round_trip_keeps_outputs_parameters_and_errors() -> None:
@@ -249,10 +252,11 @@ def test_every_datatype_crosses_the_worker_boundary_unchanged() -> None:
     arena = memoryview(bytearray(layout.size))
     layout.write(arena)
     _, (_, [decoded]) = _decode_one(encode(Kind.EXECUTE, (None, [described])))
-    for ref, (name, datatype, array) in zip(decoded[6], samples):
+    refs = [ref for ref, _parameters in decoded[0][4]]  # RequestContent's inputs
+    for ref, (name, datatype, array) in zip(refs, samples):
         assert ref[:3] == (name, datatype, array.shape) and ref[3] % ALIGNMENT == 0
         assert_same_tensor(read_tensor(arena, ref), array, datatype)
-    _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(decoded[6], {}, None)])))
+    _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(refs, {}, None)])))
     [response] = read_responses(results, arena, copy=True)
     assert response is not None
     for tensor, (name, datatype, array) in zip(response.outputs, samples):

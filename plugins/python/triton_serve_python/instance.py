@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from triton_serve.plugin import (InferenceRequest, InferenceResponse, InstanceSpec, ModelInstance, ServerError, Status,
-                                 config_to_json)
+                                 config_to_json, content_type_names)
 
 from .process import WorkerFailure, WorkerProcess, WorkerStartFailed
 from .stacking import stack_requests, unstack_response
@@ -53,6 +53,7 @@ class PythonModelInstance(ModelInstance):
             "model_file": str(spec.model_file),
             "decoupled": spec.config.model_transaction_policy.decoupled,
             "outputs": [output.name for output in spec.config.output],
+            "content_types": content_type_names(),  # what the request tuples' content decodes into
             "args": {  # exactly the seven keys Triton gives ``initialize``
                 "model_config": json.dumps(config_to_json(spec.config)),
                 "model_instance_kind": self.spec.kind,

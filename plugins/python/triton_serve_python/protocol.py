@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from triton_serve.worker import TensorRef
+from triton_serve.worker import ContentMeta, TensorRef
 
 _HEADER = struct.Struct("<BI")
 _RECEIVE_SIZE = 65536  # bytes asked of each recv: a whole frame of a small batch, and any that follow it
@@ -28,7 +28,7 @@ class Kind(IntEnum):
     """What a frame carries; the comment gives its body."""
 
     # server -> worker
-    INIT = 1  # init dict: model_file, outputs, args, input_arena, output_arena
+    INIT = 1  # init dict: model_file, outputs, args, content_types, input_arena, output_arena
     EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...], inputs' bytes or None)
     GROWN = 3  # (new output arena name or None, error text or None)
     FINALIZE = 4  # None
@@ -59,8 +59,9 @@ _KINDS = {kind.value: kind for kind in Kind}  # a dict lookup is several times f
 _REPLY = Kind.REPLY  # on the receive path, a global is faster than the enum's attribute
 _PART = Kind.PART
 Message = tuple[Kind, Any]  # (kind, body)
-# One request of an EXECUTE: (id, correlation id, flags, timeout in µs, requested output names, parameters, inputs).
-RequestTuple = tuple[str, int | str, int, int, list[str], dict[str, Any], list[TensorRef]]
+# One request of an EXECUTE: (its RequestContent's metadata (triton_serve.worker.encode_content), correlation id,
+# flags, timeout in µs).
+RequestTuple = tuple[ContentMeta, int | str, int, int]
 # One response of a RESULT: (output refs, parameters, None) or (None, None, (error message, status code name)).
 ResponseTuple = tuple[list[TensorRef], dict[str, Any], None] | tuple[None, None, tuple[str, str]]
 # A batch that failed as a whole: (message, status code name, traceback text or None).

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from triton_serve.worker import read_tensor
+from triton_serve.worker import RequestContent, decode_content
 
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
@@ -89,12 +89,13 @@ class ModelRunner:
     """One TritonPythonModel object and the calls the server asks for; ``async def`` methods are awaited."""
 
     def __init__(self, model_file: str, model_name: str, model_version: int, all_outputs: Sequence[str], *,
-                 decoupled: bool, link: ServerLink) -> None:
+                 decoupled: bool, link: ServerLink, content_type: type[RequestContent] = RequestContent) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.all_outputs = list(all_outputs)
         self.decoupled = decoupled
         self.link = link
+        self.content_type = content_type  # what the requests' content decodes into (the server's content type)
         model_class = load_model_class(model_file)
         if not callable(getattr(model_class, "execute", None)):
             raise AttributeError(f"TritonPythonModel of python model '{model_name}' has no execute method")
@@ -171,11 +172,13 @@ class ModelRunner:
             request._sender._fail(message)  # type: ignore[union-attr]
 
     def _request(self, request: RequestTuple, input_buffer: memoryview, key: int) -> InferenceRequest:
-        request_id, correlation_id, flags, timeout, outputs, parameters, refs = request
-        inputs = [Tensor._typed(ref[0], read_tensor(input_buffer, ref, copy=False), BY_NAME[ref[1]]) for ref in refs]
+        meta, correlation_id, flags, timeout = request
+        content = decode_content(self.content_type, meta, input_buffer)
+        inputs = [Tensor._typed(tensor.name, tensor.data, BY_NAME[tensor.datatype]) for tensor in content.inputs]
+        outputs = [output.name for output in content.outputs] or self.all_outputs
         return InferenceRequest._received(
-            self.model_name, self.model_version, inputs, outputs or self.all_outputs, request_id, correlation_id,
-            flags, timeout, InferenceTrace(key), parameters, InferenceResponseSender(self.link, key, self.decoupled))
+            self.model_name, self.model_version, inputs, outputs, content.id, correlation_id, flags, timeout,
+            InferenceTrace(key), content.parameters, InferenceResponseSender(self.link, key, self.decoupled))
 
     def _checked(self, responses: Any, batch: list[InferenceRequest]) -> list[InferenceResponse | None]:
         if responses is None:

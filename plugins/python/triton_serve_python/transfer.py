@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, TensorLayout, tensor_from
+from triton_serve.plugin import (InferenceRequest, InferenceResponse, ServerError, Status, TensorLayout, encode_content,
+                                 tensor_from)
 
 from .protocol import RequestTuple, ResponseTuple
 
@@ -14,16 +16,16 @@ _SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_STAR
 
 
 def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout) -> list[RequestTuple]:
-    """One request tuple per request for the worker; input tensors are laid out in ``layout``."""
+    """One request tuple per request for the worker: its content (wire.py's codec, input tensors laid out in
+    ``layout``) and the sequence fields and timeout that Triton gives a Python model too."""
     described: list[RequestTuple] = []
     for request in requests:
-        inputs = [layout.add_tensor(tensor) for tensor in request.inputs.values()]
+        content = request.content
+        if not _CONSUMED_PARAMETERS.isdisjoint(content.parameters):
+            content = replace(content, parameters={k: v for k, v in content.parameters.items()
+                                                   if k not in _CONSUMED_PARAMETERS})
         flags = (_SEQUENCE_START if request.sequence_start else 0) | (_SEQUENCE_END if request.sequence_end else 0)
-        parameters = request.parameters
-        if not _CONSUMED_PARAMETERS.isdisjoint(parameters):
-            parameters = {k: v for k, v in parameters.items() if k not in _CONSUMED_PARAMETERS}
-        described.append((request.id, request.sequence_id, flags, request.timeout_us,
-                          [output.name for output in request.outputs], parameters, inputs))
+        described.append((encode_content(content, layout), request.sequence_id, flags, request.timeout_us))
     return described
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 
-from triton_serve.worker import TensorLayout
+from triton_serve.worker import RequestContent, TensorLayout, content_type_named
 
 from .arena import ALIGNMENT, attach, close_mapping, mapped_bytes
 from .pb_utils.errors import TritonError, TritonModelException
@@ -126,7 +126,8 @@ def main(argv: list[str]) -> int:
     try:
         arenas = WorkerArenas(init["input_arena"], init["output_arena"])
         runner = ModelRunner(init["model_file"], init["args"]["model_name"], int(init["args"]["model_version"]),
-                             init["outputs"], decoupled=init["decoupled"], link=link)
+                             init["outputs"], decoupled=init["decoupled"], link=link,
+                             content_type=content_type_named(init["content_types"]["request"], RequestContent))
         runner.initialize(init["args"])
     except Exception as error:
         channel.send(encode(Kind.FAILED, (f"{type(error).__name__}: {error}", traceback.format_exc())))
