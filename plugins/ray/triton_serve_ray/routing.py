@@ -245,10 +245,9 @@ class ChannelDataPlane(ForwardingDataPlane):
 
     def _send(self, replica: Replica, request: InferenceRequest, decoupled_error: str | None,
               tried: frozenset[str]) -> None:
-        """One attempt: a copy of the request (its own response channel) on ``replica``'s link, whose responses
-        are passed on to ``request``, unless the link closes before the first one: then another attempt."""
-        attempt = InferenceRequest(request.model_name, request.model_version, id=request.id, inputs=request.inputs,
-                                   outputs=request.outputs, parameters=request.parameters)
+        """One attempt: a request of the same content (its own response channel) on ``replica``'s link, whose
+        responses are passed on to ``request``, unless the link closes before the first one: then another attempt."""
+        attempt = InferenceRequest.from_content(request.content)
         answered = False
         loop = asyncio.get_running_loop()
 
