@@ -111,7 +111,7 @@ def tensor_from(buf: Buffer, ref: TensorRef, parameters: Parameters | None = Non
     ``buf`` holds fewer or more bytes for it than its shape needs."""
     name, datatype, shape, offset, nbytes = ref
     view = memoryview(buf)[offset:offset + nbytes]
-    return Tensor.from_wire(name, datatype, shape, bytes(view) if copy else view, parameters)
+    return Tensor.from_wire(name, datatype, tuple(shape), bytes(view) if copy else view, parameters)
 
 
 def encode_error(error: ServerError) -> WireError:
