@@ -18,6 +18,7 @@ import pytest
 from triton_serve.plugin import InferenceRequest, ServerError, Status, Tensor, infer_one
 from triton_serve_ray import routing
 from triton_serve_ray.routing import ChannelDataPlane
+from triton_serve_ray.statistics import summed
 
 # A model owner serving its data plane on a channel port: prints the port, serves until killed.
 REPLICA = """
@@ -127,7 +128,7 @@ def test_no_live_replica_is_a_clear_unavailable(replicas: list[tuple[Replica, st
     asyncio.run(asyncio.wait_for(check(), 60))
 
 
-def test_one_request_at_a_time_goes_to_each_replica_in_turn(replicas: list[tuple[Replica, str]]) -> None:
+def test_one_request_at_a_time_goes_to_each_replica_in_turn_and_statistics_sum_them(replicas: list[tuple[Replica, str]]) -> None:
     addresses = [address for _, address in replicas]
 
     async def successes(dataplane: ChannelDataPlane) -> list[int]:
@@ -145,7 +146,13 @@ def test_one_request_at_a_time_goes_to_each_replica_in_turn(replicas: list[tuple
             for number in range(4):
                 request, _ = add_sub_request(number)
                 await infer_one(dataplane, request, "")
-            return [after - first for after, first in zip(await successes(dataplane), before)]
+            after = await successes(dataplane)
+            # The front door's statistics are the replicas' summed: by name, and among every model's.
+            for entries in (await dataplane.model_statistics("add_sub"), await dataplane.model_statistics()):
+                assert [(entry["name"], entry["version"]) for entry in entries] == [("add_sub", "1")]
+                assert entries[0]["inference_stats"]["success"]["count"] == sum(after)
+                assert entries[0]["inference_count"] == sum(after)
+            return [now - first for now, first in zip(after, before)]
         finally:
             dataplane.stop()
     assert asyncio.run(asyncio.wait_for(run(), 60)) == [2, 2]
@@ -185,3 +192,36 @@ def test_a_replica_killed_under_load_loses_no_request(replicas: list[tuple[Repli
             dataplane.stop()
     asyncio.run(asyncio.wait_for(run(), 180))
     assert outcomes == Counter(ok=total), outcomes
+
+
+def duration(count: int, ns: int) -> dict[str, int]:
+    return {"count": count, "ns": ns}
+
+
+def replica_stats(scale: int, last: int, batch_sizes: list[int], memory: list[tuple[str, int, int]]) -> dict[str, object]:
+    """A Triton ``model_stats`` entry of add_sub version 1 whose counts are multiples of ``scale``."""
+    return {
+        "name": "add_sub", "version": "1", "last_inference": last, "inference_count": 3 * scale,
+        "execution_count": 2 * scale,
+        "inference_stats": {"success": duration(3 * scale, 300 * scale), "fail": duration(scale, 10 * scale),
+                            "queue": duration(3 * scale, 30 * scale)},
+        "response_stats": {"0": {"success": duration(scale, 5 * scale), "empty_response": duration(0, 0)}},
+        "batch_stats": [{"batch_size": size, "compute_infer": duration(scale, 7 * scale)} for size in batch_sizes],
+        "memory_usage": [{"type": kind, "id": device, "byte_size": size} for kind, device, size in memory],
+    }
+
+
+def test_statistics_entries_are_summed_field_by_field() -> None:
+    first = replica_stats(1, 1000, [1, 2], [("CPU", 0, 64), ("GPU", 0, 512)])
+    second = replica_stats(10, 900, [2, 4], [("GPU", 0, 1024), ("GPU", 1, 256)])
+    other = {**replica_stats(5, 950, [], []), "version": "2"}
+    assert summed([[first], [second, other]]) == [{
+        "name": "add_sub", "version": "1", "last_inference": 1000, "inference_count": 33, "execution_count": 22,
+        "inference_stats": {"success": duration(33, 3300), "fail": duration(11, 110), "queue": duration(33, 330)},
+        "response_stats": {"0": {"success": duration(11, 55), "empty_response": duration(0, 0)}},
+        "batch_stats": [{"batch_size": 1, "compute_infer": duration(1, 7)},
+                        {"batch_size": 2, "compute_infer": duration(11, 77)},
+                        {"batch_size": 4, "compute_infer": duration(10, 70)}],
+        "memory_usage": [{"type": "CPU", "id": 0, "byte_size": 64}, {"type": "GPU", "id": 0, "byte_size": 1536},
+                         {"type": "GPU", "id": 1, "byte_size": 256}],
+    }, other]

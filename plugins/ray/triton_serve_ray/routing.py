@@ -11,6 +11,8 @@ import triton_serve
 from triton_serve.plugin import (ForwardingDataPlane, InferenceRequest, InferenceResponse, RemoteDataPlane, ServerError,
                                  Status)
 
+from .statistics import summed
+
 log = logging.getLogger("triton_serve_ray")
 
 # What works through the front door: no shared memory (the client and the replicas need not share a host).
@@ -74,8 +76,9 @@ def no_replica(model: str, why: str) -> ServerError:
 
 class ChannelDataPlane(ForwardingDataPlane):
     """The seam the front door's HTTP and gRPC front-ends call. A call or request naming a model goes to the
-    live replica of that model holding the fewest requests (among equals, each in turn); one naming none to a replica of every model, the
-    answers joined; those ``REFUSED`` are refused. A request whose replica's channel closes before it
+    live replica of that model holding the fewest requests (among equals, each in turn); one naming none to a
+    replica of every model, the answers joined; statistics to every live replica, summed; those ``REFUSED``
+    are refused. A request whose replica's channel closes before it
     answered (the replica died) is sent to another replica, ``ATTEMPTS`` replicas in all, then answered
     UNAVAILABLE; one that already streamed responses is answered UNAVAILABLE at once.
 
@@ -200,6 +203,36 @@ class ChannelDataPlane(ForwardingDataPlane):
                 if len(tried) >= ATTEMPTS:
                     raise no_replica(model, f"{ATTEMPTS} replicas went away during '{method}'") from None
 
+    async def model_statistics(self, name: str = "", version: int | None = None) -> list[dict[str, Any]]:
+        """Triton's statistics of the deployment: each model version's counters summed over every live replica
+        of its model (``statistics.summed``); without a name, those of every model with a live replica."""
+        if name:
+            return await self._summed_statistics(name, version)
+        if version is not None:
+            raise ServerError("statistics for a model version need the model name")
+        served = [model for model in self.models if self._pick(model, frozenset()) is not None]
+        answers = await asyncio.gather(*(self._summed_statistics(model, None) for model in served))
+        return [entry for answer in answers for entry in answer]
+
+    async def _summed_statistics(self, model: str, version: int | None) -> list[dict[str, Any]]:
+        """``model``'s statistics from each of its live replicas (waiting for one when none is), summed; a
+        replica that goes away meanwhile is left out, its counts with it."""
+        replicas = [replica for replica in self._routes.get(model, ()) if replica.alive]
+        if not replicas:
+            replicas = [await self._replica_for(model)]
+        arguments = {"name": model, "version": version}
+        answers = await asyncio.gather(*(replica.link.forward("model_statistics", arguments) for replica in replicas),
+                                       return_exceptions=True)
+        kept = []
+        for replica, answer in zip(replicas, answers):
+            if not isinstance(answer, BaseException):
+                kept.append(answer)
+            elif not isinstance(answer, ServerError) or replica.alive:
+                raise answer  # the replica's own answer (an unknown version...)
+        if not kept:
+            raise no_replica(model, "its replicas went away during 'model_statistics'")
+        return summed(kept)
+
     async def live(self) -> bool:
         return True
 
@@ -290,7 +323,7 @@ class ChannelDataPlane(ForwardingDataPlane):
 def joined(method: str, answers: dict[str, Any]) -> Any:
     """One answer from every deployment's answer to a call that names no model. Each replica answers for its
     whole server, whose repository holds the other models too (and an ensemble's replica loads its steps):
-    of a list of entries (the index, statistics), each deployment's own model's entries are kept. Any other
+    of a list of entries (the repository index), each deployment's own model's entries are kept. Any other
     answer must be the same from every deployment."""
     values = list(answers.values())
     if all(isinstance(value, list) for value in values):
