@@ -3,15 +3,17 @@ and gRPC (a decoupled stream too), the same HTTP protocol as the single server, 
 replaced without a lost request, and a model that cannot load."""
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -20,12 +22,12 @@ import ray
 import tritonclient.grpc as grpc
 import tritonclient.http as http
 from ray import serve
-from ray.cluster_utils import Cluster
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import ServerOptions
+from triton_serve.plugin import RemoteDataPlane, ServerOptions
 from triton_serve.testing import RunningServer, free_port
 from triton_serve_ray import build_app, deploy
+from triton_serve_ray.local_cluster import LocalCluster, NodeSpec
 from triton_serve_ray.registry import registry_of
 
 NODE_CPUS = 2  # logical CPUs Ray may schedule per node; every replica here asks for a tenth of one
@@ -34,29 +36,34 @@ SMALL = {"ray_actor_options": {"num_cpus": 0.1}}
 APP = "triton"
 MODELS = ["add_sub", "identity_bytes", "token_streamer"]
 SCALED = "identity_bytes"  # autoscaled between 1 and 2 replicas
-FIXED = "add_sub"  # two replicas
+FIXED = "add_sub"  # two replicas, one per node
 STREAMER = "token_streamer"  # decoupled
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1, "look_back_period_s": 12,
                "upscale_delay_s": 1, "downscale_delay_s": 3}
 SECOND_NODE = "second_node"  # a resource only the worker node has: the decoupled model's replica runs there
+SECOND_NODE_IP = "127.0.0.2"  # the worker node's address (the head has the machine's)
 SCALE_TIMEOUT_S = 150
-REQUEST_TIMEOUT_S = 30  # a request of the load unanswered this long is a failure  # starting a replica on a busy 2-core machine can take a while
+REQUEST_TIMEOUT_S = 30  # a request of the load unanswered this long is a failure
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    """A local cluster, a head and one worker node, with Serve and without its HTTP proxy (the front door is ours)."""
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": NODE_CPUS, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False})
+    """A cluster of two nodes on this machine, a head and a worker each started with `ray start` (its own CPUs,
+    resources and address), with Serve and without its HTTP proxy (the front door is ours); the nodes are
+    stopped at the end, and must have stopped within their bound."""
+    nodes = LocalCluster([NodeSpec(NODE_CPUS), NodeSpec(NODE_CPUS, {SECOND_NODE: 1}, SECOND_NODE_IP)],
+                         OBJECT_STORE_BYTES, start_timeout_s=180)
     try:
-        cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=OBJECT_STORE_BYTES, resources={SECOND_NODE: 1})
-        ray.init(address=cluster.address, log_to_driver=False)
+        nodes.start()
+        ray.init(address=nodes.address, log_to_driver=False)
+        wait_until(lambda: sum(node["Alive"] for node in ray.nodes()) == 2, 60, "both nodes in the cluster")
         serve.start(proxy_location="Disabled")
         yield
     finally:
         serve.shutdown()
         ray.shutdown()
-        cluster.shutdown()
+        statuses = nodes.stop()
+    assert None not in statuses, f"a node did not stop within its bound: {statuses}"
 
 
 @dataclass
@@ -67,11 +74,12 @@ class FrontDoor:
 
 @pytest.fixture(scope="module")
 def front_door(cluster: None, example_repository: Path) -> Iterator[FrontDoor]:
-    """add_sub (two replicas), identity_bytes (autoscaled) and token_streamer (on the worker node: reached over
-    the channel across nodes) deployed as `serve run` would, options as text."""
+    """add_sub (two replicas, one per node), identity_bytes (autoscaled) and token_streamer (on the worker node:
+    reached over the channel across nodes) deployed as `serve run` would, options as text."""
     ports = free_port(), free_port()
     deploy(str(example_repository), name=APP, models=",".join(MODELS), deployment_options=json.dumps({
-        "*": SMALL, FIXED: {"num_replicas": 2}, SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
+        "*": SMALL, FIXED: {"num_replicas": 2, "max_replicas_per_node": 1},
+        SCALED: {"num_replicas": "auto", "autoscaling_config": AUTOSCALING},
         STREAMER: {"ray_actor_options": {"num_cpus": 0.1, "resources": {SECOND_NODE: 0.1}}},
     }), ingress_options=json.dumps(SMALL), host="127.0.0.1",
         http_port=str(ports[0]), grpc_port=str(ports[1]))
@@ -232,6 +240,72 @@ def test_grpc_decoupled_stream_ends(front_door: FrontDoor) -> None:
     finally:
         client.stop_stream()
         client.close()
+
+
+# ---- statistics, metadata and config over the replicas --------------------------------------------
+
+STATISTICS_REQUESTS = 12
+
+
+def replica_statistics(address: str) -> dict[str, Any]:
+    """add_sub's statistics entry as one replica counts it, asked over its channel."""
+    async def ask() -> dict[str, Any]:
+        link = RemoteDataPlane()
+        host, port = address.rsplit(":", 1)
+        await link.connect_tcp(host, int(port))
+        try:
+            return cast(dict[str, Any], (await link.model_statistics(FIXED))[0])
+        finally:
+            link.close()
+    return asyncio.run(asyncio.wait_for(ask(), 60))
+
+
+def test_statistics_are_summed_over_the_replicas(front_door: FrontDoor) -> None:
+    """Requests through the front door spread over add_sub's two replicas (one per node); its statistics
+    through HTTP and gRPC are the two replicas' counts summed."""
+    addresses = routed_replicas(FIXED)
+    assert len({address.rsplit(":", 1)[0] for address in addresses}) == 2, addresses  # one replica per node
+    client = http.InferenceServerClient(front_door.http)
+    before = [replica_statistics(address) for address in addresses]
+    for number in range(STATISTICS_REQUESTS):
+        send_add_sub(client, number)
+    after = [replica_statistics(address) for address in addresses]
+    served = [now["inference_count"] - then["inference_count"] for now, then in zip(after, before)]
+    assert sum(served) == STATISTICS_REQUESTS and min(served) > 0, served
+
+    entries = client.get_inference_statistics(FIXED)["model_stats"]
+    assert [(entry["name"], entry["version"]) for entry in entries] == [(FIXED, "1")]
+    total = entries[0]
+    for counter in ("inference_count", "execution_count"):
+        assert total[counter] == sum(replica[counter] for replica in after), counter
+    for kind in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+        for unit in ("count", "ns"):
+            assert total["inference_stats"][kind][unit] == sum(r["inference_stats"][kind][unit] for r in after)
+    batches: Counter[int] = Counter()
+    for replica in after:
+        batches.update({batch["batch_size"]: batch["compute_infer"]["count"] for batch in replica["batch_stats"]})
+    assert {batch["batch_size"]: batch["compute_infer"]["count"] for batch in total["batch_stats"]} == batches
+    assert total["last_inference"] == max(replica["last_inference"] for replica in after)
+    every = client.get_inference_statistics()["model_stats"]
+    assert [entry for entry in every if entry["name"] == FIXED] == [total]
+
+    grpc_client = grpc.InferenceServerClient(front_door.grpc)
+    try:
+        [through_grpc] = grpc_client.get_inference_statistics(FIXED).model_stats
+    finally:
+        grpc_client.close()
+    assert (through_grpc.inference_count, through_grpc.execution_count) == (
+        total["inference_count"], total["execution_count"])
+    success = through_grpc.inference_stats.success
+    assert (success.count, success.ns) == tuple(total["inference_stats"]["success"].values())
+
+
+def test_every_replica_answers_the_same_metadata_and_config(ray_url: str) -> None:
+    """Calls go to each replica in turn: four in a row reach both, and answer alike."""
+    client = http.InferenceServerClient(ray_url)
+    assert all(client.get_model_metadata(FIXED) == client.get_model_metadata(FIXED) for _ in range(2))
+    configs = [client.get_model_config(FIXED) for _ in range(4)]
+    assert all(config == configs[0] for config in configs) and configs[0]["name"] == FIXED
 
 
 # ---- the same protocol as the single server ----------------------------------------------------

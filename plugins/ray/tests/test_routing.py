@@ -128,7 +128,8 @@ def test_no_live_replica_is_a_clear_unavailable(replicas: list[tuple[Replica, st
     asyncio.run(asyncio.wait_for(check(), 60))
 
 
-def test_one_request_at_a_time_goes_to_each_replica_in_turn_and_statistics_sum_them(replicas: list[tuple[Replica, str]]) -> None:
+def test_one_request_at_a_time_goes_to_each_replica_in_turn_and_statistics_sum_them(
+        replicas: list[tuple[Replica, str]]) -> None:
     addresses = [address for _, address in replicas]
 
     async def successes(dataplane: ChannelDataPlane) -> list[int]:
@@ -198,7 +199,8 @@ def duration(count: int, ns: int) -> dict[str, int]:
     return {"count": count, "ns": ns}
 
 
-def replica_stats(scale: int, last: int, batch_sizes: list[int], memory: list[tuple[str, int, int]]) -> dict[str, object]:
+def replica_stats(scale: int, last: int, batch_sizes: list[int],
+                  memory: list[tuple[str, int, int]]) -> dict[str, object]:
     """A Triton ``model_stats`` entry of add_sub version 1 whose counts are multiples of ``scale``."""
     return {
         "name": "add_sub", "version": "1", "last_inference": last, "inference_count": 3 * scale,
