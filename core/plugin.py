@@ -36,7 +36,8 @@ from ._engine.server import Server, ServerOptions
 from ._engine.sources import RepositorySource, is_version_name
 from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
 from ._engine.wire import (ContentMeta, TensorLayout, TensorRef, WireError, content_type_names, decode_content,
-                           decode_error, encode_content, encode_error, pack_tensors, read_tensor, tensor_from)
+                           decode_error, encode_content, encode_error, pack_content, pack_tensors, read_tensor,
+                           tensor_from)
 
 __all__ = [
     # hooks and registries
@@ -49,7 +50,8 @@ __all__ = [
     "InferenceRequest", "InferenceResponse", "RequestedOutput", "Tensor", "InferenceClient",
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
     # requests, responses, tensors and errors across a process boundary (one binary form: wire.py)
-    "RequestContent", "ResponseContent", "ContentMeta", "encode_content", "decode_content", "content_type_names",
+    "RequestContent", "ResponseContent", "ContentMeta", "encode_content", "decode_content", "pack_content",
+    "content_type_names",
     "TensorRef", "TensorLayout", "pack_tensors", "read_tensor", "tensor_from", "WireError", "encode_error", "decode_error",
     # batches
     "concat_inputs", "split_outputs", "request_batch_size",

@@ -11,13 +11,13 @@ from ._engine.errors import ServerError, Status
 from ._engine.protos.model_config_pb2 import ModelConfig
 from ._engine.inference import RequestContent, RequestedOutput, ResponseContent, Tensor
 from ._engine.wire import (ContentMeta, TensorLayout, TensorRef, content_type_named, decode_content, encode_content,
-                           pack_tensors, read_tensor)
+                           pack_content, pack_tensors, read_tensor)
 
 __all__ = [
     # request and response content: the one form of a request or response that crosses a process boundary, and
     # its codec (metadata of plain values, tensors' bytes in one buffer); the content types a server names
     "RequestContent", "ResponseContent", "RequestedOutput", "Tensor", "ContentMeta", "encode_content",
-    "decode_content", "content_type_named",
+    "decode_content", "pack_content", "content_type_named",
     # tensors across a process boundary (one binary form: a buffer of raw bytes, each tensor a TensorRef into it)
     "TensorRef", "TensorLayout", "pack_tensors", "read_tensor",
     # datatypes: a numpy array's Triton datatype, BYTES elements to and from their length-prefixed form

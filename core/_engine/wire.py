@@ -60,7 +60,10 @@ class TensorLayout:
     def add_tensor(self, tensor: Tensor) -> TensorRef:
         """Lay out a Tensor: the wire bytes it keeps as they are, else its ``data``."""
         if tensor.wire is None:
-            return self.add(tensor.name, tensor.datatype, np.asarray(tensor.data).reshape(tensor.shape))
+            data = tensor.data
+            if type(data) is not np.ndarray or data.shape != tuple(tensor.shape):
+                data = np.asarray(data).reshape(tensor.shape)
+            return self.add(tensor.name, tensor.datatype, data)
         return self._place(tensor.name, tensor.datatype, tuple(tensor.shape), tensor.wire)
 
     def _place(self, name: str, datatype: str, shape: tuple[int, ...], payload: np.ndarray | Buffer) -> TensorRef:
@@ -127,8 +130,8 @@ def decode_error(error: WireError) -> ServerError:
 # ---- content -------------------------------------------------------------------------------------
 
 def plain(value: Any) -> Any:
-    """``value`` with numpy scalars turned into Python ones, so marshal can write it: a sender calls it on
-    metadata that marshal refused."""
+    """``value`` with numpy scalars turned into Python ones: marshal refuses some and writes others as the bytes of
+    their buffer."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):

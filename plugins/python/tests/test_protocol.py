@@ -10,11 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from triton_serve.plugin import (InferenceRequest, RequestContent, RequestedOutput, ServerError, Status, Tensor,
-                                 TensorLayout, decode_content, read_tensor)
+from triton_serve.plugin import (InferenceRequest, RequestContent, RequestedOutput, ResponseContent, ServerError, Status,
+                                 Tensor, TensorLayout, decode_content, encode_content, read_tensor)
 from triton_serve.testing import assert_same_tensor, wire_samples
 from triton_serve_python.arena import ALIGNMENT
-from triton_serve_python.inline import pack_array, unpack_array
+from triton_serve_python.inline import pack, unpack
 from triton_serve_python.protocol import BlockingChannel, CallFailed, FrameDecoder, Kind, encode
 from triton_serve_python.server_calls import WorkerCalls
 from triton_serve_python.transfer import describe_requests, read_responses
@@ -65,9 +65,10 @@ def test_execute_round_trip_keeps_every_field() -> None:
 
 def test_result_round_trip_keeps_outputs_parameters_and_errors() -> None:
     layout = TensorLayout()
-    refs = [layout.add("OUT", "INT32", np.array([[1, -2]], np.int32)), layout.add("WORDS", "BYTES", WORDS)]
-    results = [(refs, {"rows": 1, "done": True, "tag": "t"}, None), ([], {}, None),
-               (None, None, ("X holds a negative value", "INVALID_ARG"))]
+    outputs = (Tensor("OUT", "INT32", (1, 2), np.array([[1, -2]], np.int32)), Tensor("WORDS", "BYTES", (2, 2), WORDS))
+    results = [encode_content(content, layout) for content in (
+        ResponseContent(outputs, {"rows": 1, "done": True, "tag": "t"}), ResponseContent(),
+        ResponseContent(error=ServerError("X holds a negative value", Status.INVALID_ARG)))]
     arena = memoryview(bytearray(layout.size))
     layout.write(arena)
     kind, (batch_error, decoded) = _decode_one(encode(Kind.RESULT, (None, results)))
@@ -256,11 +257,12 @@ def test_every_datatype_crosses_the_worker_boundary_unchanged() -> None:
     for ref, (name, datatype, array) in zip(refs, samples):
         assert ref[:3] == (name, datatype, array.shape) and ref[3] % ALIGNMENT == 0
         assert_same_tensor(read_tensor(arena, ref), array, datatype)
-    _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(refs, {}, None)])))
+    _, (_, results) = _decode_one(encode(Kind.RESULT, (None, [(tuple((ref, None) for ref in refs), {}, None)])))
     [response] = read_responses(results, arena, copy=True)
     assert response is not None
     for tensor, (name, datatype, array) in zip(response.outputs, samples):
         assert_same_tensor(tensor.data, array, datatype)
-    for name, datatype, array in samples:
-        _, packed = _decode_one(encode(Kind.NOTIFY, pack_array(name, datatype, array)))
-        assert_same_tensor(unpack_array(packed), array, datatype)
+    inline = pack(ResponseContent(tuple(Tensor(name, datatype, array.shape, array) for name, datatype, array in samples)))
+    _, packed = _decode_one(encode(Kind.RESPONSE, (1, inline, True)))
+    for tensor, (name, datatype, array) in zip(unpack(ResponseContent, packed[1], writable=True).outputs, samples):
+        assert_same_tensor(tensor.data, array, datatype)

@@ -8,36 +8,20 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import numpy as np
+from triton_serve.plugin import InferenceClient, InferenceRequest, ServerError, Status
 
-from triton_serve.plugin import (InferenceClient, InferenceRequest, InferenceResponse, RequestedOutput, ServerError,
-                                 Status, Tensor)
-
-from .inline import pack_array, unpack_array
+from .inline import pack, unpack
 from .open_requests import OpenRequests
-from .protocol import InlineResponse
+from .protocol import InlineContent
 
 DEFAULT_WAIT_S = 30.0  # how long a BLS request without a timeout waits for each response
 _SEQUENCE_START, _SEQUENCE_END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
-_EMPTY: InlineResponse = ([], {}, None)
 _EARLY_CANCELS = 64  # cancel_bls calls kept for streams that have not started yet (older ones are forgotten)
-
-
-def pack_core_response(response: InferenceResponse) -> InlineResponse:
-    """A core response in the frames' form."""
-    if response.error is not None:
-        return None, None, (response.error.message, response.error.status.name)
-    tensors = [pack_array(t.name, t.datatype, np.asarray(t.data).reshape(t.shape)) for t in response.outputs]
-    return tensors, response.parameters, None
 
 
 def build_request(packed: dict[str, Any]) -> InferenceRequest:
     """The core request a worker's pb_utils.InferenceRequest describes (bls.pack_request)."""
-    version = int(packed["model_version"])
-    inputs = {t[0]: Tensor(t[0], t[1], tuple(t[2]), unpack_array(t)) for t in packed["inputs"]}
-    request = InferenceRequest(packed["model_name"], version if version >= 0 else None, id=packed["request_id"],
-                               inputs=inputs, outputs=[RequestedOutput(name) for name in packed["outputs"]],
-                               parameters=dict(packed["parameters"]))
+    request = InferenceRequest.from_content(unpack(InferenceRequest.content_type, packed["content"]))
     request.timeout_us = int(packed["timeout"])
     request.sequence_id = packed["correlation_id"]
     request.sequence_start = bool(packed["flags"] & _SEQUENCE_START)
@@ -80,12 +64,13 @@ class BlsCalls:
         while len(self._early) > _EARLY_CANCELS:
             self._early.popitem(last=False)
 
-    async def infer(self, packed: dict[str, Any]) -> InlineResponse:
+    async def infer(self, packed: dict[str, Any]) -> InlineContent:
         """Run a request on a model that is not decoupled: its one response."""
-        name = packed["model_name"]
-        async with contextlib.aclosing(self._responses(packed)) as responses:
+        request = build_request(packed)
+        name = request.model_name
+        async with contextlib.aclosing(self._responses(request, packed)) as responses:
             answers = [response async for response in responses]
-        sent = [answer for answer in answers if answer is not _EMPTY]
+        sent = [answer for answer in answers if answer is not None]
         if len(sent) > 1:
             raise _failure(name, f"Model {name} is using the decoupled. The current BLS request call doesn't "
                                  "support models using the decoupled transaction policy. Please use "
@@ -95,13 +80,13 @@ class BlsCalls:
             raise _failure(name, "Unexpected empty response.", Status.INTERNAL)
         return sent[0]
 
-    def infer_stream(self, packed: dict[str, Any]) -> AsyncGenerator[InlineResponse, None]:
-        """Run a request on a decoupled model: every response as it comes, the last one maybe empty."""
-        return self._responses(packed)
+    def infer_stream(self, packed: dict[str, Any]) -> AsyncGenerator[InlineContent | None, None]:
+        """Run a request on a decoupled model: every response as it comes, the last one maybe empty (None)."""
+        return self._responses(build_request(packed), packed)
 
-    async def _responses(self, packed: dict[str, Any]) -> AsyncGenerator[InlineResponse, None]:
-        name = packed["model_name"]
-        request = build_request(packed)
+    async def _responses(self, request: InferenceRequest,
+                         packed: dict[str, Any]) -> AsyncGenerator[InlineContent | None, None]:
+        name = request.model_name
         wait_s = request.timeout_us / 1e6 if request.timeout_us > 0 else DEFAULT_WAIT_S
         # Made with ``trace=request.trace()``: traced as a child of that request when it is traced (Triton's rule).
         traced_for = self._open_requests.find([packed["trace"]]) if packed.get("trace") else []
@@ -132,7 +117,7 @@ class BlsCalls:
                                          "BLS request waits that long for each response: its timeout, else "
                                          f"{DEFAULT_WAIT_S:g} s; a model calling itself with no free instance "
                                          "never gets one)", Status.UNAVAILABLE) from None
-                yield _EMPTY if response is None else pack_core_response(response)
+                yield None if response is None else pack(response.content)
                 if final:
                     return
         finally:

@@ -1,25 +1,27 @@
-"""Tensors and responses whose bytes travel inside a frame: response senders' responses and BLS calls.
+"""Requests and responses whose tensors travel inside a frame: response senders' responses and BLS calls.
 
-These do not go through the shared-memory arenas, which belong to the EXECUTE/RESULT exchange of one batch
-at a time, while senders and BLS calls run from any thread at any time. Their bytes are in the core's wire
-form, as in the arenas.
+These do not go through the shared-memory arenas, which belong to the EXECUTE/RESULT exchange of one batch at a
+time, while senders and BLS calls run from any thread at any time. They cross as their content in the core's codec
+(``encode_content``), as EXECUTE's requests and RESULT's responses do: the content's metadata and the bytes of its
+tensors.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import TypeVar
 
-from triton_serve.worker import pack_tensors, read_tensor
+from triton_serve.worker import RequestContent, ResponseContent, decode_content, pack_content
 
-from .protocol import InlineTensor
+from .protocol import InlineContent
 
-
-def pack_array(name: str, datatype: str, array: np.ndarray) -> InlineTensor:
-    """``array`` as (name, datatype, shape, bytes): little-endian elements, or length-prefixed BYTES elements."""
-    [(_, _, shape, _, _)], data = pack_tensors([(name, datatype, array)])
-    return name, datatype, shape, bytes(data)
+_Content = TypeVar("_Content", RequestContent, ResponseContent)
 
 
-def unpack_array(tensor: InlineTensor) -> np.ndarray:
-    """The array a packed tensor holds (writable; BYTES as an object array of bytes)."""
-    name, datatype, shape, data = tensor
-    return read_tensor(bytearray(data), (name, datatype, tuple(shape), 0, len(data)))
+def pack(content: RequestContent | ResponseContent) -> InlineContent:
+    """``content`` as a frame carries it: (its metadata, its tensors' bytes)."""
+    return pack_content(content)
+
+
+def unpack(content_type: type[_Content], packed: InlineContent, writable: bool = False) -> _Content:
+    """The content ``pack`` packed; its tensors are views of the frame's bytes (read-only), or of a writable copy."""
+    meta, data = packed
+    return decode_content(content_type, meta, bytearray(data) if writable else data)

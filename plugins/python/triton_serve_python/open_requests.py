@@ -5,22 +5,12 @@ import itertools
 import logging
 from collections.abc import Sequence
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status
 
-from .inline import unpack_array
-from .protocol import InlineResponse
+from .inline import unpack
+from .protocol import InlineContent
 
 log = logging.getLogger("triton_serve_python")
-
-
-def unpack_core_response(packed: InlineResponse) -> InferenceResponse:
-    """A core response from the frames' form."""
-    tensors, parameters, error = packed
-    if error is not None:
-        message, code_name = error
-        return InferenceResponse.from_error(ServerError(message, Status[code_name]))
-    outputs = [Tensor(tensor[0], tensor[1], tuple(tensor[2]), unpack_array(tensor)) for tensor in tensors or []]
-    return InferenceResponse(outputs, parameters or {})
 
 
 class OpenRequests:
@@ -68,7 +58,7 @@ class OpenRequests:
                 self._requests.pop(key, None)
                 self._cancelled.discard(key)
 
-    def deliver(self, key: int, packed: InlineResponse | None, final: bool) -> None:
+    def deliver(self, key: int, packed: InlineContent | None, final: bool) -> None:
         """Send a RESPONSE frame's response to its request (dropped if the request already ended)."""
         request = self._requests.get(key)
         if request is None or request.finished:
@@ -80,7 +70,8 @@ class OpenRequests:
         if final:
             del self._requests[key]
         try:
-            response = None if packed is None else unpack_core_response(packed)
+            response = None if packed is None else InferenceResponse.from_content(
+                unpack(InferenceResponse.content_type, packed))
         except Exception as error:  # a worker bug must fail the request, not the connection
             request.fail(ServerError(f"unreadable response from the python backend worker for {self.label}: "
                                      f"{type(error).__name__}: {error}", Status.INTERNAL))

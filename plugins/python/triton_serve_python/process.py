@@ -20,7 +20,7 @@ from .bls_calls import BlsCalls
 from .metric_calls import WorkerMetrics
 from .open_requests import OpenRequests
 from .options import PythonBackendOptions
-from .protocol import FrameDecoder, Kind, Message, ResponseTuple, encode
+from .protocol import FrameDecoder, Kind, Message, encode
 from .server_calls import WorkerCalls
 from .transfer import describe_requests, read_responses
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from triton_serve.worker import ContentMeta, TensorRef
+from triton_serve.worker import ContentMeta
 
 _HEADER = struct.Struct("<BI")
 _RECEIVE_SIZE = 65536  # bytes asked of each recv: a whole frame of a small batch, and any that follow it
@@ -36,8 +36,9 @@ class Kind(IntEnum):
     STARTED = 5  # None: the process is up and waits for INIT
     READY = 6  # whether the model defines is_ready()
     FAILED = 7  # (message, traceback text)
-    # (BatchError or None, [ResponseTuple or None, ...] or None, outputs' bytes or None, (start ns, end ns) or None);
-    # a response None: answered through a sender; bytes None: the outputs are in the output arena
+    # (BatchError or None, [ResponseContent's metadata or None, ...] or None, outputs' bytes or None,
+    # (start ns, end ns) or None); a response None: answered through a sender; bytes None: the outputs are in the
+    # output arena
     RESULT = 8
     GROW = 9  # bytes needed in the output arena
     LOG = 10  # (level name, line)
@@ -48,7 +49,7 @@ class Kind(IntEnum):
     REPLY = 14  # (call id, result, None) or (call id, None, (error message, status code name))
     PART = 15  # (call id, item): one item of a streaming call's result, before its REPLY
     # worker -> server
-    RESPONSE = 16  # (request key, InlineResponse or None, final): a response sender's response
+    RESPONSE = 16  # (request key, InlineContent or None, final): a response sender's response
     # server -> worker
     IS_READY = 17  # None: run the model's is_ready() (Triton's user-defined readiness check)
     # worker -> server
@@ -62,14 +63,10 @@ Message = tuple[Kind, Any]  # (kind, body)
 # One request of an EXECUTE: (its RequestContent's metadata (triton_serve.worker.encode_content), correlation id,
 # flags, timeout in µs).
 RequestTuple = tuple[ContentMeta, int | str, int, int]
-# One response of a RESULT: (output refs, parameters, None) or (None, None, (error message, status code name)).
-ResponseTuple = tuple[list[TensorRef], dict[str, Any], None] | tuple[None, None, tuple[str, str]]
 # A batch that failed as a whole: (message, status code name, traceback text or None).
 BatchError = tuple[str, str, str | None]
-# A tensor whose bytes travel inside the frame: (name, datatype, shape, bytes).
-InlineTensor = tuple[str, str, tuple[int, ...], bytes]
-# A response that travels inside the frame: (tensors, parameters, None) or (None, None, (message, code name)).
-InlineResponse = tuple[list[InlineTensor] | None, dict[str, Any] | None, tuple[str, str] | None]
+# A request or response that travels inside the frame: its content's metadata and its tensors' bytes (inline.py).
+InlineContent = tuple[ContentMeta, bytes | bytearray]
 
 
 def encode(kind: Kind, body: Any = None) -> bytes:

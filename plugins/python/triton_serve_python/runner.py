@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from triton_serve.worker import RequestContent, decode_content
+from triton_serve.worker import decode_content
 
 from .pb_utils.bls import calling_requests
 from .pb_utils.dtypes import BY_NAME
@@ -89,13 +89,12 @@ class ModelRunner:
     """One TritonPythonModel object and the calls the server asks for; ``async def`` methods are awaited."""
 
     def __init__(self, model_file: str, model_name: str, model_version: int, all_outputs: Sequence[str], *,
-                 decoupled: bool, link: ServerLink, content_type: type[RequestContent] = RequestContent) -> None:
+                 decoupled: bool, link: ServerLink) -> None:
         self.model_name = model_name
         self.model_version = model_version
         self.all_outputs = list(all_outputs)
         self.decoupled = decoupled
         self.link = link
-        self.content_type = content_type  # what the requests' content decodes into (the server's content type)
         model_class = load_model_class(model_file)
         if not callable(getattr(model_class, "execute", None)):
             raise AttributeError(f"TritonPythonModel of python model '{model_name}' has no execute method")
@@ -173,7 +172,7 @@ class ModelRunner:
 
     def _request(self, request: RequestTuple, input_buffer: memoryview, key: int) -> InferenceRequest:
         meta, correlation_id, flags, timeout = request
-        content = decode_content(self.content_type, meta, input_buffer)
+        content = decode_content(self.link.request_type, meta, input_buffer)
         inputs = [Tensor._typed(tensor.name, tensor.data, BY_NAME[tensor.datatype]) for tensor in content.inputs]
         outputs = [output.name for output in content.outputs] or self.all_outputs
         return InferenceRequest._received(

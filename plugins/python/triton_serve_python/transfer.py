@@ -1,13 +1,12 @@
-"""Moves a batch across the process boundary: core requests in through the input arena, responses back out."""
+"""Moves a batch across the process boundary: requests' content in through the input arena, responses' back out."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
-from triton_serve.plugin import (InferenceRequest, InferenceResponse, ServerError, Status, TensorLayout, encode_content,
-                                 tensor_from)
+from triton_serve.plugin import ContentMeta, InferenceRequest, InferenceResponse, TensorLayout, decode_content, encode_content
 
-from .protocol import RequestTuple, ResponseTuple
+from .protocol import RequestTuple
 
 # Request parameters that the server turns into request fields, so a model never sees them as parameters.
 _CONSUMED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
@@ -29,20 +28,10 @@ def describe_requests(requests: Sequence[InferenceRequest], layout: TensorLayout
     return described
 
 
-def read_responses(results: list[ResponseTuple | None], output_buffer: memoryview | bytes,
+def read_responses(results: list[ContentMeta | None], output_buffer: memoryview | bytes,
                    copy: bool) -> list[InferenceResponse | None]:
-    """Core responses from the worker's response tuples (None stays None: answered through a response sender);
+    """Core responses from the worker's response contents (None stays None: answered through a response sender);
     output bytes are views of ``output_buffer``, or with ``copy`` copies (out of an arena the worker reuses)."""
-    responses: list[InferenceResponse | None] = []
-    for result in results:
-        if result is None:
-            responses.append(None)
-            continue
-        if result[2] is not None:
-            message, code_name = result[2]
-            responses.append(InferenceResponse.from_error(ServerError(message, Status[code_name])))
-            continue
-        refs, parameters, _ = result
-        outputs = [tensor_from(output_buffer, ref, copy=copy) for ref in refs]
-        responses.append(InferenceResponse(outputs, parameters))
-    return responses
+    content_type = InferenceResponse.content_type
+    return [None if result is None else InferenceResponse.from_content(
+        decode_content(content_type, result, output_buffer, copy)) for result in results]

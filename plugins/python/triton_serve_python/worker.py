@@ -8,14 +8,16 @@ import sys
 import time
 import traceback
 
-from triton_serve.worker import RequestContent, TensorLayout, content_type_named
+from triton_serve.worker import (ContentMeta, RequestContent, ResponseContent, TensorLayout, content_type_named,
+                                 encode_content)
 
 from .arena import ALIGNMENT, attach, close_mapping, mapped_bytes
 from .pb_utils.errors import TritonError, TritonModelException
 from .pb_utils.logger import set_log_sink
+from .pb_utils.contents import response_content
 from .pb_utils.messages import InferenceResponse
 from .pb_utils.server_link import ServerLink, set_server_link
-from .protocol import BatchError, BlockingChannel, Kind, RequestTuple, ResponseTuple, encode
+from .protocol import BatchError, BlockingChannel, Kind, RequestTuple, encode
 from .runner import ExecuteReturnError, ModelRunner, execute_failure
 
 
@@ -43,14 +45,11 @@ class WorkerArenas:
         close_mapping(old)
 
 
-def _response_tuple(response: InferenceResponse | None, layout: TensorLayout) -> ResponseTuple | None:
-    if response is None:  # answered through the request's response sender
-        return None
-    error = response._error  # (the fields, not the accessors: fewer calls per response)
-    if error is not None:
-        return None, None, (error.message(), error.code_name())
-    refs = [layout.add(tensor._name, tensor._type.name, tensor._array) for tensor in response._tensors]
-    return refs, response._parameters, None
+def _response_meta(response: InferenceResponse | None, layout: TensorLayout,
+                   content_type: type[ResponseContent]) -> ContentMeta | None:
+    """The response's content for RESULT (its outputs laid out in ``layout``); None where the request is answered
+    through its response sender."""
+    return None if response is None else encode_content(response_content(response, content_type), layout)
 
 
 def _batch_error(error: Exception, model_instance_name: str) -> BatchError:
@@ -73,7 +72,8 @@ def run_batch(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArena
         responses = runner.execute(requests, source, keys)
         finished = time.monotonic_ns()
         layout = TensorLayout(ALIGNMENT)
-        results = [_response_tuple(response, layout) for response in responses]
+        response_type = runner.link.response_type
+        results = [_response_meta(response, layout, response_type) for response in responses]
         if inline is not None:
             outputs = bytearray(layout.size)
             layout.write(memoryview(outputs))
@@ -121,13 +121,15 @@ def main(argv: list[str]) -> int:
     if message is None or message[0] != Kind.INIT:
         return 1
     init = message[1]
-    link = ServerLink(channel, init["args"]["model_instance_name"])
+    content_types = init["content_types"]
+    link = ServerLink(channel, init["args"]["model_instance_name"],
+                      content_type_named(content_types["request"], RequestContent),
+                      content_type_named(content_types["response"], ResponseContent))
     set_server_link(link)
     try:
         arenas = WorkerArenas(init["input_arena"], init["output_arena"])
         runner = ModelRunner(init["model_file"], init["args"]["model_name"], int(init["args"]["model_version"]),
-                             init["outputs"], decoupled=init["decoupled"], link=link,
-                             content_type=content_type_named(init["content_types"]["request"], RequestContent))
+                             init["outputs"], decoupled=init["decoupled"], link=link)
         runner.initialize(init["args"])
     except Exception as error:
         channel.send(encode(Kind.FAILED, (f"{type(error).__name__}: {error}", traceback.format_exc())))

@@ -7,12 +7,11 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from ..inline import pack_array, unpack_array
-from ..protocol import CallFailed, InlineResponse
-from .dtypes import BY_NAME
+from ..inline import pack, unpack
+from ..protocol import CallFailed, InlineContent
+from .contents import pb_response, request_content
 from .errors import CODE_NAMES, TritonError
 from .server_link import server_link
-from .tensor import Tensor
 
 if TYPE_CHECKING:
     from .messages import InferenceRequest, InferenceResponse
@@ -24,35 +23,23 @@ calling_requests: ContextVar[tuple[int, ...]] = ContextVar("calling_requests", d
 _cancel_keys = itertools.count(1)  # names this worker's streaming BLS requests for ResponseIterator.cancel
 
 
-def pack_response(response: InferenceResponse) -> InlineResponse:
-    """A pb_utils response as the frames carry it."""
-    error = response.error()
-    if error is not None:
-        return None, None, (error.message(), error.code_name())
-    tensors = [pack_array(tensor.name(), tensor.datatype, tensor.as_numpy()) for tensor in response.output_tensors()]
-    return tensors, response._parameters, None
-
-
-def unpack_response(packed: InlineResponse) -> InferenceResponse:
-    """A pb_utils response from the frames' form."""
+def unpack_response(packed: InlineContent | None) -> InferenceResponse:
+    """A BLS call's pb_utils response from the frames' form (None: an empty last response of a stream); its
+    outputs are writable, as the model's own arrays."""
     from .messages import InferenceResponse
 
-    tensors, parameters, error = packed
-    if error is not None:
-        return InferenceResponse(error=TritonError(error[0], _CODES.get(error[1], TritonError.INTERNAL)))
-    outputs = [Tensor._typed(tensor[0], unpack_array(tensor), BY_NAME[tensor[1]]) for tensor in tensors or []]
-    return InferenceResponse(outputs, parameters=parameters or {})
+    if packed is None:
+        return InferenceResponse([])
+    return pb_response(unpack(server_link("InferenceRequest.exec").response_type, packed, writable=True))
 
 
 def pack_request(request: InferenceRequest) -> dict[str, Any]:
-    """What the server's ``infer`` call needs to build the request."""
+    """What the server's ``infer`` call needs to build the request: its content, and its scheduling fields."""
+    link = server_link("InferenceRequest.exec")
     return {
-        "model_name": request.model_name(), "model_version": request.model_version(),
-        "inputs": [pack_array(tensor.name(), tensor.datatype, tensor.as_numpy()) for tensor in request.inputs()],
-        "outputs": request.requested_output_names(), "request_id": request.request_id(),
+        "content": pack(request_content(request, link.request_type)),
         "correlation_id": request.correlation_id(), "flags": request.flags(), "timeout": request.timeout(),
-        "parameters": request._parameters, "parents": list(calling_requests.get()),
-        "trace": request.trace()._request_key,
+        "parents": list(calling_requests.get()), "trace": request.trace()._request_key,
     }
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .bls import pack_response
+from triton_serve.worker import ServerError, Status
+
+from ..inline import pack
+from .contents import response_content
 from .errors import TritonModelException
 from .server_link import ServerLink
 
@@ -37,7 +40,7 @@ class InferenceResponseSender:
         if flags == 0 and response is None:
             raise TritonModelException("Inference Response object must be provided when the response flags is "
                                        "set to zero.")
-        packed = None if response is None else pack_response(response)
+        packed = None if response is None else pack(response_content(response, self._link.response_type))
         final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         with self._lock:
             self._count(response is not None, final)
@@ -73,7 +76,8 @@ class InferenceResponseSender:
             if self._closed:
                 return
             self._closed = True
-            self._link.respond(self._key, (None, None, (message, "INTERNAL")), True)
+            failed = self._link.response_type(error=ServerError(message, Status.INTERNAL))
+            self._link.respond(self._key, pack(failed), True)
 
     def _close(self) -> None:
         """No more responses: the batch failed, so the server answered every request."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..protocol import CallFailed, InlineResponse, Kind, encode
+from triton_serve.worker import RequestContent, ResponseContent
+
+from ..protocol import CallFailed, InlineContent, Kind, encode
 from .errors import CODE_NAMES, TritonError, TritonModelException
 
 _CODES = {name: code for code, name in CODE_NAMES.items()}
@@ -28,9 +30,14 @@ class ServerLink:
     """Calls to the server on behalf of one model instance; a refused call raises TritonModelException with
     the server's status and Triton's wording (see ``failure``)."""
 
-    def __init__(self, channel: CallChannel, model_instance_name: str) -> None:
+    def __init__(self, channel: CallChannel, model_instance_name: str,
+                 request_type: type[RequestContent] = RequestContent,
+                 response_type: type[ResponseContent] = ResponseContent) -> None:
         self._channel = channel
         self.model_instance_name = model_instance_name
+        # the server's content types (INIT's content_types), which requests and responses cross in
+        self.request_type = request_type
+        self.response_type = response_type
 
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method(*args)`` on the server and return its result; any thread may call."""
@@ -48,7 +55,7 @@ class ServerLink:
         """The items of the streaming call ``method(*args)`` as the server sends them; CallFailed ends it."""
         return self._channel.call_stream(method, *args)
 
-    def respond(self, key: int, response: InlineResponse | None, final: bool) -> None:
+    def respond(self, key: int, response: InlineContent | None, final: bool) -> None:
         """Send a response sender's response for the request the server knows as ``key``."""
         self._channel.send(encode(Kind.RESPONSE, (key, response, final)))
 
