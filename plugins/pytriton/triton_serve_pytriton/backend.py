@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from triton_serve.plugin import (Backend, BackendRegistry, FrameworkInstance, InferenceRequest, InferenceResponse,
-                                 InstanceSpec, Model, ModelInstance, ModelSpec, ServerError, Status, hookimpl)
+                                 InstanceSpec, Model, ModelInstance, ModelSpec, ServerError, Status, content_type_names,
+                                 hookimpl)
 
 from .binding import BINDING_FILE, Binding, find
-from .calling import close_thread_loop, results_of
+from .calling import close_thread_loop, requests_of, results_of
 from .exceptions import PyTritonUnrecoverableError
 from .isolation import WorkerProcess
-from .proxy.types import Request
 from .results import to_responses
 
 
@@ -54,7 +54,8 @@ class FunctionInstance(FrameworkInstance):
         self.call: Callable[[Any], Any] = binding.functions[index]
         self.worker: WorkerProcess | None = None
         if binding.isolated:
-            self.worker = WorkerProcess(binding.pickled[index], f"{self.model.spec.name}/{self.spec.name}")
+            self.worker = WorkerProcess(binding.pickled[index], f"{self.model.spec.name}/{self.spec.name}",
+                                        content_type_names())
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Not used: ``execute`` hands the function whole requests."""
@@ -101,11 +102,12 @@ class FunctionInstance(FrameworkInstance):
         """Instance thread: the function's results as responses (``emit`` each, for decoupled models)."""
         binding = self.model.binding
         config = binding.config
-        calls = [Request({name: tensor.data for name, tensor in request.inputs.items()}, dict(request.parameters),
-                         requested_output_names=[output.name for output in request.outputs]
-                         or [spec.name for spec in config.outputs or ()])
-                 for request in requests]
-        results = self.worker.call(calls) if self.worker is not None else results_of(self.call, calls)
+        contents = [request.content for request in requests]
+        default_outputs = [spec.name for spec in config.outputs or ()]
+        if self.worker is not None:
+            results = self.worker.call(contents, default_outputs)
+        else:
+            results = results_of(self.call, requests_of(contents, default_outputs))
         try:
             if emit is not None:
                 for result in results:

@@ -4,8 +4,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from triton_serve.worker import RequestContent
+
+from .proxy.types import Request
 
 _local = threading.local()
 
@@ -25,6 +29,13 @@ def close_thread_loop() -> None:
         _local.loop = None
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def requests_of(contents: Sequence[RequestContent], default_outputs: Sequence[str]) -> list[Request]:
+    """PyTriton's ``Request`` for each request's content (``default_outputs`` where it asks for none)."""
+    return [Request({tensor.name: tensor.data for tensor in content.inputs}, dict(content.parameters),
+                    requested_output_names=[output.name for output in content.outputs] or list(default_outputs))
+            for content in contents]
 
 
 def results_of(function: Callable[[Any], Any], requests: Any) -> Iterator[Any]:

@@ -1,10 +1,12 @@
 """Running a bound function in a worker process of its own (``Triton.bind(..., process_isolation=True)``).
 
 The worker is a fresh interpreter (``python -m triton_serve_pytriton.isolation``), so the script that
-called ``bind`` is not run again in it. It reads the pickled function, then answers each call
-with the function's results, one message per result (a generator's, one per value). Messages are
-length-prefixed pickles on the worker's stdin and on a copy of its stdout; what the function prints
-goes to stderr.
+called ``bind`` is not run again in it. It reads the pickled function and the server's content types, then
+answers each call with the function's results, one message per result (a generator's, one per value). A call
+carries its requests as their content in the core's codec (``encode_content``: metadata, and one buffer of their
+tensors' bytes, writable in the worker as the function's inputs are); results are pickled, as the function made
+them (the server checks them). Messages are length-prefixed pickles on the worker's stdin and on a copy of its
+stdout; what the function prints goes to stderr.
 """
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ import struct
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import wrapt
 
-from triton_serve.worker import ServerError, Status
+from triton_serve.worker import (RequestContent, ServerError, Status, TensorLayout, content_type_named, decode_content,
+                                 encode_content)
 
 _HEADER = struct.Struct("<Q")
 # Every wrapt proxy (decorated functions) derives from this: BaseObjectProxy from wrapt 2, ObjectProxy before.
@@ -78,7 +81,7 @@ def _receive(stream: IO[bytes]) -> Any:
 class WorkerProcess:
     """One worker process serving one function; ``call`` runs on one thread at a time."""
 
-    def __init__(self, pickled: bytes, name: str) -> None:
+    def __init__(self, pickled: bytes, name: str, content_types: dict[str, str]) -> None:
         self.name = name
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
         self.process = subprocess.Popen([sys.executable, "-m", "triton_serve_pytriton.isolation"],
@@ -86,7 +89,7 @@ class WorkerProcess:
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in, self._out = self.process.stdin, self.process.stdout
         try:
-            _send(self._in, pickled)
+            _send(self._in, (pickled, content_types))
             reply = _receive(self._out)
         except (OSError, EOFError) as error:
             self.close()
@@ -96,10 +99,13 @@ class WorkerProcess:
             raise ServerError(f"the worker process of '{name}' could not load its function: {reply[2]}",
                               Status.INTERNAL)
 
-    def call(self, requests: Any) -> Iterator[Any]:
-        """Send ``requests``; yield each result the function returns or yields."""
+    def call(self, requests: Sequence[RequestContent], default_outputs: Sequence[str]) -> Iterator[Any]:
+        """Send ``requests`` (``default_outputs``: the outputs of one that asks for none); yield each result the
+        function returns or yields."""
+        layout = TensorLayout()
+        metas = [encode_content(content, layout) for content in requests]
         try:
-            _send(self._in, ("call", requests))
+            _send(self._in, ("call", metas, layout.tobytes(), list(default_outputs)))
             while True:
                 kind, *payload = _receive(self._out)
                 if kind == "done":
@@ -126,9 +132,11 @@ class WorkerProcess:
 
 
 def _serve(commands: IO[bytes], replies: IO[bytes]) -> None:
-    from .calling import results_of  # here, not at import: keeps the parent's import light
+    from .calling import requests_of, results_of  # here, not at import: keeps the parent's import light
     try:
-        function = pickle.loads(_receive(commands))
+        pickled, content_types = _receive(commands)
+        function = pickle.loads(pickled)
+        request_type = content_type_named(content_types["request"], RequestContent)
     except Exception as error:
         _send(replies, ("error", type(error).__name__, str(error)))
         return
@@ -141,7 +149,9 @@ def _serve(commands: IO[bytes], replies: IO[bytes]) -> None:
         if command[0] == "close":
             return
         try:
-            for result in results_of(function, command[1]):
+            _, metas, buffer, default_outputs = command
+            contents = [decode_content(request_type, meta, buffer) for meta in metas]
+            for result in results_of(function, requests_of(contents, default_outputs)):
                 _send(replies, ("result", result))
         except Exception as error:
             traceback.print_exc()
