@@ -256,3 +256,30 @@ def test_http_clients_that_leave_cancel_their_running_requests(server) -> None: 
     OBSERVED.gate.set()
     reply = httpx.post(url, json={"INPUT0": 8})
     assert reply.text == 'data: {"OUTPUT0":8,"model_name":"streaming","model_version":"1"}\n\n'
+
+
+def test_a_stream_past_its_in_flight_limit_is_held_back_and_loses_nothing(server, blocker) -> None:  # type: ignore[no-untyped-def]
+    """A client that streams requests faster than the model answers: the server takes MAX_IN_FLIGHT of them and
+    reads no more (flow control holds the rest at the client) until some are answered; then every one is."""
+    from triton_serve._engine.frontend.grpc.stream import MAX_IN_FLIGHT
+
+    sent = MAX_IN_FLIGHT + 100
+    results: queue.Queue = queue.Queue()  # type: ignore[type-arg]
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        client.start_stream(lambda result, error: results.put(error or result))
+        try:
+            for index in range(sent):
+                client.async_stream_infer("held", _inputs(grpcclient, index), request_id=f"s{index}")
+            for _ in range(3000):
+                if _pending(server) >= MAX_IN_FLIGHT:
+                    break
+                threading.Event().wait(0.01)
+            threading.Event().wait(0.5)  # time for any request past the limit to arrive
+            assert _pending(server) == MAX_IN_FLIGHT
+        finally:
+            OBSERVED.gate.set()  # the client's stream ends only once every request is answered
+        answers = [results.get(timeout=60) for _ in range(sent)]
+        client.stop_stream()  # returns once the stream has ended
+    assert blocker.get(timeout=30).as_numpy("OUTPUT0").ravel().tolist() == [1]
+    assert sorted(int(answer.as_numpy("OUTPUT0")[0]) for answer in answers) == list(range(sent))
+    assert _pending(server) == 0

@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 GRPC_ERROR_HEADER = "triton_grpc_error"
 SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
+# Requests of one stream that may be unanswered at once: past it the stream's next message is not read until one
+# is answered, so the transport's flow control holds the client back instead of the server queueing without end.
+MAX_IN_FLIGHT = 1024
 
 # What the writer takes from the outbox: a response to write, an error that ends the stream with
 # its status (``triton_grpc_error`` mode), or None once every request has been answered.
@@ -27,8 +30,8 @@ _Outgoing = ModelStreamInferResponse | ServerError | None
 class InferStream:
     """Serves one ModelStreamInfer call.
 
-    Each request runs as its own task. Responses to non-decoupled models go out in request order, as
-    Triton sends them; a decoupled model's responses go out as they come. Errors travel in
+    Each request runs as its own task, at most ``MAX_IN_FLIGHT`` at once. Responses to non-decoupled models go
+    out in request order, as Triton sends them; a decoupled model's responses go out as they come. Errors travel in
     ``error_message`` and the stream stays open, unless the client opened it with the header
     ``triton_grpc_error: true``: then the first error ends the stream with its gRPC status.
     """
@@ -61,6 +64,8 @@ class InferStream:
         try:
             async for message in requests:
                 await self._start(message)
+                while len(self._tasks) >= MAX_IN_FLIGHT:
+                    await asyncio.wait(list(self._tasks), return_when=asyncio.FIRST_COMPLETED)
             if self._tasks:
                 await asyncio.wait(list(self._tasks))
         except Exception as error:  # end the call with a status rather than leave the client waiting
