@@ -11,6 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from triton_serve.plugin import ServerOptions
 from triton_serve.testing import EXAMPLE_REPOSITORY, RunningServer, free_port
@@ -43,10 +44,9 @@ def test_a_completion_is_the_prompt_with_its_spaces(client: openai.OpenAI) -> No
 
 
 def test_chat_echoes_the_templated_prompt_with_its_spaces(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": "hi there"}]
-    answer = client.chat.completions.create(model="token_streamer", messages=messages)  # type: ignore[arg-type]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi there"}]
+    answer = client.chat.completions.create(model="token_streamer", messages=messages)
     assert answer.choices[0].message.content == CHAT_PROMPT
-    chunks = list(client.chat.completions.create(model="token_streamer", messages=messages,  # type: ignore[arg-type]
-                                                 stream=True))
+    chunks = list(client.chat.completions.create(model="token_streamer", messages=messages, stream=True))
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == CHAT_PROMPT
     assert chunks[-1].choices[0].finish_reason == "stop"
