@@ -102,7 +102,8 @@ class RequestContent:
     """What a client asked of a model, and nothing else: the one form of a request that crosses a process
     boundary (front-end process to model owner, owner to a worker process, a front door to a Ray replica), in
     wire.py's one encoding. A field added here (or in a subclass set as ``InferenceRequest.content_type``)
-    crosses every boundary with no change to the codec."""
+    crosses every boundary with no change to the codec. Frozen: no field is rebound once it is made (its
+    parameters dict and tensors are shared with the request it came from, not copied)."""
 
     model_name: str
     model_version: int | None = None  # None: the model's policy picks (the latest)
