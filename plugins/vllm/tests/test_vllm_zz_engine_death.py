@@ -21,6 +21,9 @@ WAIT_S = 120
 def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: RunningServer) -> None:
     (engine,) = [engine for engine in ENGINES if engine.dead is None]
     assert engine.pid is not None
+    # a process group of its own (ended below as one), in the server's session (Linux schedules each session as
+    # a group of its own: engine_client.py)
+    assert os.getpgid(engine.pid) == engine.pid and os.getsid(engine.pid) == os.getsid(0)
     body = {"text_input": "Hello", "stream": True,
             "sampling_parameters": json.dumps({"max_tokens": 8000, "ignore_eos": True})}
     url = f"http://{server.http_url}/v2/models/{MODEL}/generate_stream"

@@ -58,7 +58,11 @@ class EngineClient:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "triton_serve_vllm.engine_process", str(theirs.fileno()),
                 pass_fds=(theirs.fileno(),), env={**os.environ, **self.env}, stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True)  # its own process group: vLLM's processes, which _end_group ends
+                # Its own process group (vLLM's processes, which _end_group ends), in the server's session: a
+                # session of its own is a scheduling group of its own under Linux's autogroup, which shares the CPUs
+                # between the server and the engine as equals and, on 2 cores, held the server's first responses of
+                # a burst of requests back for hundreds of ms. (uvloop takes no ``process_group``.)
+                preexec_fn=os.setpgrp)
         finally:
             theirs.close()
         self._started = loop.create_future()
