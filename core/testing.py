@@ -16,6 +16,8 @@ serves when given no ``--model-repository``).
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import socket
 import threading
 import time
@@ -45,16 +47,51 @@ from ._engine.server import Server, ServerOptions
 _PORTS_GIVEN: set[int] = set()
 
 
+def _port_range() -> range:
+    """The ports ``free_port`` hands out: below the kernel's ephemeral range, so that no client connection takes
+    one between the handing out and the server's bind; under pytest-xdist, each worker a slice of its own."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768  # Linux's default
+    low, high = max(ephemeral_low - 12000, 10000), ephemeral_low
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit():
+        size = (high - low) // int(workers)
+        low += int(worker[2:]) * size
+        high = low + size
+    return range(low, high)
+
+
+def _listening_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now, and never one this process was given before: servers
-    bind their ports only later, so two calls in a row must not hand out the same port."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _PORTS_GIVEN:
+    """A loopback port nothing uses now, and never one this process was given before: servers bind their
+    ports only later, so two calls in a row must not hand out the same port. Taken from ``_port_range``,
+    from a random place in it (other test runs on the machine take theirs from the same range)."""
+    ports = _port_range()
+    if len(ports) < 100:  # an ephemeral range reaching down low: ask the kernel for one
+        while True:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            if port not in _PORTS_GIVEN:
+                _PORTS_GIVEN.add(port)
+                return port
+    start = random.randrange(len(ports))
+    for offset in range(len(ports)):
+        port = ports[(start + offset) % len(ports)]
+        if port not in _PORTS_GIVEN and _listening_is_free(port):
             _PORTS_GIVEN.add(port)
             return port
+    raise RuntimeError(f"no free port left in {ports.start}-{ports.stop - 1}")
 
 
 # ---- toy backends ----------------------------------------------------------------------------
