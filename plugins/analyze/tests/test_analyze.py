@@ -427,6 +427,8 @@ run_config_search_max_instance_count: 1
 profile_models:
   add_sub:
     cpu_only: true
+    perf_analyzer_flags:
+      stability-percentage: 999  # as triton-serve analyze's default: the suite's other workers vary latency
 """)
     done = subprocess.run([analyzer, "profile", "-f", str(config)], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path)
