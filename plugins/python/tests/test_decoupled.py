@@ -381,11 +381,20 @@ def test_cancelling_the_stream_is_seen_by_is_cancelled(server: RunningServer, ki
 
 
 def test_worker_death_ends_an_open_stream_with_an_error(server: RunningServer, kit: Any) -> None:
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def executions() -> int:  # counted once execute() has returned
+        stats = grpc.get_inference_statistics("misuse", as_json=True)["model_stats"]
+        return sum(int(version.get("execution_count", 0)) for version in stats)
+
+    before = executions()
     stream = Stream(server)
     try:
         stream.send("misuse", "p", **mode("pid"))
         result, error = stream.next()
         assert error is None
+        # the response can reach the client before execute() has returned: the death must come after it
+        kit.wait_until(lambda: executions() > before, "execute() to return")
         os.kill(int(result.as_numpy("MSG")[0]), signal.SIGKILL)
         _, error = stream.next()
         assert error is not None
@@ -393,7 +402,6 @@ def test_worker_death_ends_an_open_stream_with_an_error(server: RunningServer, k
                 "SIGKILL before the model sent the final response") in str(error)
     finally:
         stream.close()
-    grpc = grpcclient.InferenceServerClient(server.grpc_url)
     kit.wait_until(lambda: grpc.is_model_ready("misuse"), "the worker to restart")
     grpc.close()
 
