@@ -8,6 +8,7 @@ import queue
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
 import httpx
@@ -265,6 +266,7 @@ def test_a_stream_past_its_in_flight_limit_is_held_back_and_loses_nothing(server
 
     sent = MAX_IN_FLIGHT + 100
     results: queue.Queue = queue.Queue()  # type: ignore[type-arg]
+    stopped = False
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         client.start_stream(lambda result, error: results.put(error or result))
         try:
@@ -276,10 +278,18 @@ def test_a_stream_past_its_in_flight_limit_is_held_back_and_loses_nothing(server
                 threading.Event().wait(0.01)
             threading.Event().wait(0.5)  # time for any request past the limit to arrive
             assert _pending(server) == MAX_IN_FLIGHT
+            OBSERVED.gate.set()
+            deadline = time.monotonic() + 120
+            answers = [results.get(timeout=max(deadline - time.monotonic(), 0.01)) for _ in range(sent)]
+            stopping = threading.Thread(target=client.stop_stream)  # returns once the stream has ended
+            stopping.start()
+            stopping.join(60)
+            stopped = not stopping.is_alive()
+            assert stopped, "the stream did not end"
         finally:
-            OBSERVED.gate.set()  # the client's stream ends only once every request is answered
-        answers = [results.get(timeout=60) for _ in range(sent)]
-        client.stop_stream()  # returns once the stream has ended
+            OBSERVED.gate.set()
+            if not stopped:  # a failure: end the stream now (cancelled), not once every request is answered
+                client.stop_stream(cancel_requests=True)
     assert blocker.get(timeout=30).as_numpy("OUTPUT0").ravel().tolist() == [1]
     assert sorted(int(answer.as_numpy("OUTPUT0")[0]) for answer in answers) == list(range(sent))
     assert _pending(server) == 0
