@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import ray
 from ray import serve
@@ -12,6 +13,13 @@ from triton_serve.plugin import Server, ServerOptions, serve_channel
 
 from .autoscaling import ONGOING_REQUESTS
 from .registry import HEARTBEAT_S, registry_of
+from .routing import REFRESH_S
+
+# After leaving the registry a replica keeps serving while the front doors still route to it (they read the
+# registry every REFRESH_S), then for as long as requests it holds take to be answered, at most DRAIN_S (within
+# Ray Serve's graceful shutdown timeout, 20 s by default).
+LEAVE_GRACE_S = 3 * REFRESH_S
+DRAIN_S = 10.0
 
 log = logging.getLogger("triton_serve_ray")
 
@@ -65,11 +73,17 @@ class ModelReplica:
             raise RuntimeError(f"model '{self.model}' is not ready in this replica")
 
     async def __del__(self) -> None:
-        """Ray Serve calls this when it stops the replica: leave the registry, then stop serving."""
+        """Ray Serve calls this when it stops the replica (scaled down or replaced): leave the registry, answer
+        what the front doors send until they have read that, then stop serving. Stopping at once answered the
+        requests still on their way 'no available versions' while the model unloaded."""
         heartbeat = getattr(self, "heartbeat", None)
         if heartbeat is None:
             return
         heartbeat.cancel()
         await self.registry.leave.remote(self.model, self.address)
+        await asyncio.sleep(LEAVE_GRACE_S)
+        deadline = time.monotonic() + DRAIN_S
+        while self.listener.ongoing() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         self.listener.close()
         await self.server.stop()
