@@ -13,6 +13,7 @@ from triton_serve.plugin import (InferenceRequest, InferenceResponse, RequestCon
                                  ServerError, Status, Tensor, decode_content)
 from triton_serve.testing import assert_same_tensor, wire_samples
 from triton_serve._engine import channel
+from triton_serve._engine.shared_memory_tensors import detached
 from triton_serve._engine.wire import pack_content
 
 from .conftest import DATATYPES
@@ -107,3 +108,15 @@ def test_a_field_a_subclass_adds_crosses_and_stays_with_the_request(monkeypatch:
     [(_kind, _id, meta, data)] = channel.FrameReader().feed(frame)
     response, final, version = channel.decode_response(meta, data)
     assert response is not None and (response.content, final, version) == (Stamped(stamp=9), True, 2)
+
+
+def test_a_response_detached_for_the_cache_keeps_the_field_a_subclass_adds() -> None:
+    """The response cache keeps a copy whose outputs own their data (``detached``): a received response's added
+    fields stay with it."""
+    region = np.array([1, 2], np.int32)  # a shared-memory region's bytes, which the client changes later
+    received = InferenceResponse.from_content(Stamped(outputs=(Tensor("Y", "INT32", (2,), region),), stamp=9))
+    cached = detached(received)
+    region[:] = 0
+    content = cached.content
+    assert isinstance(content, Stamped) and content.stamp == 9
+    assert content.outputs[0].data.tolist() == [1, 2]

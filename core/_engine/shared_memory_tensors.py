@@ -110,6 +110,9 @@ class SharedMemoryLease:
 
 def detached(response: InferenceResponse) -> InferenceResponse:
     """``response`` with outputs that own their data, for the response cache: a backend may return
-    arrays that view a region's memory, which the client changes and unregisters."""
-    return replace(response, outputs=[Tensor(t.name, t.datatype, t.shape, np.array(t.data), t.parameters)
-                                      for t in response.outputs])
+    arrays that view a region's memory, which the client changes and unregisters. Made from its content, so that
+    the fields a content subclass adds stay with it (``replace`` on the response would drop what it was received
+    with)."""
+    content = response.content
+    return InferenceResponse.from_content(replace(content, outputs=tuple(
+        Tensor(t.name, t.datatype, t.shape, np.array(t.data), t.parameters) for t in content.outputs)))
