@@ -37,7 +37,7 @@ from ._engine.sources import RepositorySource, is_version_name
 from ._engine.statistics import ComputeTiming, mark_inputs_ready, mark_outputs_ready
 from ._engine.wire import (ContentMeta, TensorLayout, TensorRef, WireError, content_type_names, decode_content,
                            decode_error, encode_content, encode_error, pack_content, pack_tensors, read_tensor,
-                           tensor_from)
+                           tensor_from, use_content_types)
 
 __all__ = [
     # hooks and registries
@@ -51,7 +51,7 @@ __all__ = [
     "TensorType", "datatype_of", "datatype_of_config", "serialize_bytes", "deserialize_bytes", "from_wire_bytes",
     # requests, responses, tensors and errors across a process boundary (one binary form: wire.py)
     "RequestContent", "ResponseContent", "ContentMeta", "encode_content", "decode_content", "pack_content",
-    "content_type_names",
+    "content_type_names", "use_content_types",
     "TensorRef", "TensorLayout", "pack_tensors", "read_tensor", "tensor_from", "WireError", "encode_error", "decode_error",
     # batches
     "concat_inputs", "split_outputs", "request_batch_size",

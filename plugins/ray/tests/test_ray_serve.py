@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import importlib
 import json
+import os
 import queue
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ import tritonclient.http as http
 from ray import serve
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.plugin import RemoteDataPlane, ServerOptions
+from triton_serve.plugin import InferenceRequest, InferenceResponse, RemoteDataPlane, ServerOptions
 from triton_serve.testing import RunningServer, free_port
 from triton_serve_ray import build_app, deploy
 from triton_serve_ray.local_cluster import LocalCluster, NodeSpec
@@ -141,6 +143,49 @@ def add_sub_inputs(binary: bool, offset: int = 0) -> tuple[list[http.InferInput]
     inputs[0].set_data_from_numpy(a, binary_data=binary)
     inputs[1].set_data_from_numpy(b, binary_data=binary)
     return inputs, a + b, a - b
+
+
+# ---- a field added to the content types ----------------------------------------------------------
+
+def test_a_field_added_to_the_content_types_crosses_the_front_door_the_replica_and_its_worker(
+        cluster: None, example_repository: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An application built while this process uses content types with a ``tag`` (tagged_content.py) tells its
+    front door and replicas to use them: the request's tag, made in the front door, reaches the replica and its
+    Python worker; the response's, made in the worker, comes back to the front door."""
+    here = str(Path(__file__).parent)
+    monkeypatch.syspath_prepend(here)
+    tagged = importlib.import_module("tagged_content")
+    monkeypatch.setattr(InferenceRequest, "content_type", tagged.TaggedRequest)
+    monkeypatch.setattr(InferenceResponse, "content_type", tagged.TaggedResponse)
+    notes = tmp_path / "notes"
+    actor = {"num_cpus": 0.1, "runtime_env": {"env_vars": {"PYTHONPATH": here, "TAGGED_CONTENT_LOG": str(notes)}}}
+    port = free_port()
+    deploy(str(example_repository), name="tagged", models=[FIXED], deployment_options={"*": {
+        "ray_actor_options": actor}}, ingress_options={"ray_actor_options": actor}, host="127.0.0.1",
+        http_port=port, grpc_port=free_port())
+    try:
+        client = http.InferenceServerClient(f"127.0.0.1:{port}")
+        wait_until(lambda: ready(client), 60, "the tagged application's front door to see its replica")
+        inputs, total, _ = add_sub_inputs(binary=True)
+        np.testing.assert_array_equal(client.infer(FIXED, inputs).as_numpy("OUTPUT0"), total)
+    finally:
+        serve.delete("tagged")
+    requests, responses = noted(notes, "request"), noted(notes, "response")
+    [(tag, held)] = requests.items()  # made in the front door; the replica and its worker received it
+    front_door = int(tag.split(":")[0])
+    assert front_door != os.getpid() and front_door in held and len(held) == 3, held
+    [(tag, answered)] = responses.items()  # made in the worker; the replica and the front door received it
+    assert answered == held and int(tag.split(":")[0]) in held - {front_door}, answered
+
+
+def noted(path: Path, kind: str) -> dict[str, set[int]]:
+    """Each tag of a ``kind`` content noted in ``path``, and the processes that held a content with it."""
+    held: dict[str, set[int]] = defaultdict(set)
+    for line in path.read_text().splitlines() if path.exists() else []:
+        what, tag, pid = line.split()
+        if what == kind:
+            held[tag].add(int(pid))
+    return held
 
 
 # ---- answers through tritonclient ----------------------------------------------------------------

@@ -10,7 +10,7 @@ from ray import serve
 from ray.serve import Application, Deployment
 from ray.serve.handle import DeploymentHandle
 
-from triton_serve.plugin import Server, ServerOptions
+from triton_serve.plugin import Server, ServerOptions, content_type_names
 
 from .frontdoor import FrontDoor
 from .options import AppArgs
@@ -30,8 +30,9 @@ def list_models(locations: list[str]) -> list[str]:
 
 def build_app(args: dict[str, Any] | AppArgs) -> Application:
     """The application for ``serve run triton_serve_ray:build_app model_repository=/path [key=value ...]``
-    (or a Serve config file's ``args``); ``args`` are ``AppArgs`` fields. Raises ValueError for a
-    repository without models, or for a model that it does not hold."""
+    (or a Serve config file's ``args``); ``args`` are ``AppArgs`` fields. Its replicas and front doors use the
+    content types of this process (``InferenceRequest.content_type``, ``InferenceResponse.content_type``).
+    Raises ValueError for a repository without models, or for a model that it does not hold."""
     options = args if isinstance(args, AppArgs) else AppArgs.model_validate(args)
     available = list_models(options.model_repository)
     unknown = options.unknown_models(available)
@@ -43,10 +44,11 @@ def build_app(args: dict[str, Any] | AppArgs) -> Application:
         raise ValueError(f"no model in {', '.join(options.model_repository)}")
     if INGRESS in names:
         raise ValueError(f"a model may not be named '{INGRESS}': the front door deployment has that name")
+    content_types = content_type_names()  # this process's: the replicas and front doors import them
     models = {name: _deployment(ModelReplica).options(name=name, **options.options_for(name))
-              .bind(options.model_repository, name, options.backend_config) for name in names}
+              .bind(options.model_repository, name, options.backend_config, content_types) for name in names}
     front_door = _deployment(FrontDoor).options(name=INGRESS, **options.ingress_options)
-    return front_door.bind(models, options.server_id, options.frontend_options())
+    return front_door.bind(models, options.server_id, options.frontend_options(), content_types)
 
 
 def _deployment(cls: type) -> Deployment:

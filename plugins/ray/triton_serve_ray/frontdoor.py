@@ -5,7 +5,7 @@ from typing import Any
 
 from ray import serve
 
-from triton_serve.plugin import FrontendOptions, Frontends
+from triton_serve.plugin import FrontendOptions, Frontends, use_content_types
 
 from .registry import registry_of
 from .routing import ChannelDataPlane
@@ -15,10 +15,11 @@ class FrontDoor:
     """Accepts the clients' HTTP and gRPC connections on the ports of ``frontend`` (``FrontendOptions``
     fields) with the front-ends triton-serve itself runs, over a ``ChannelDataPlane``: each request goes over
     the channel to a live replica of its model. Ray Serve constructs it with the model deployments' handles
-    (their names are the models it routes to; Ray deploys them with it)."""
+    (their names are the models it routes to; Ray deploys them with it) and the application's content types."""
 
     async def __init__(self, models: dict[str, Any], server_id: str,  # type: ignore[misc]  # Ray Serve awaits it
-                       frontend: dict[str, Any]) -> None:
+                       frontend: dict[str, Any], content_types: dict[str, str]) -> None:
+        use_content_types(content_types)  # the application's, which requests and responses cross the channel in
         registry = registry_of(serve.get_replica_context().app_name)
 
         async def table() -> dict[str, list[str]]:

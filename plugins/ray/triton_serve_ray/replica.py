@@ -9,7 +9,7 @@ import time
 import ray
 from ray import serve
 
-from triton_serve.plugin import Server, ServerOptions, serve_channel
+from triton_serve.plugin import Server, ServerOptions, serve_channel, use_content_types
 
 from .autoscaling import ONGOING_REQUESTS
 from .registry import HEARTBEAT_S, registry_of
@@ -28,13 +28,14 @@ class ModelReplica:
     """Serves one model the way triton-serve does: the same repository, backends and data plane, as the model
     owner of a channel listener (the one front-end processes use) on a free TCP port of its node.
 
-    Ray Serve constructs it (``__init__`` loads the model; a load failure fails the replica, with the
-    reason) and calls ``check_health`` periodically. The replica reports its channel address to the
+    Ray Serve constructs it with the application's content types (``content_type_names`` where it was built;
+    ``__init__`` imports them, then loads the model; a load failure fails the replica, with the reason) and calls ``check_health`` periodically. The replica reports its channel address to the
     application's registry while it lives; the front doors route requests to it from there.
     """
 
     async def __init__(self, model_repository: list[str], model: str,  # type: ignore[misc]  # Ray Serve awaits it
-                       backend_config: dict[str, dict[str, str]]) -> None:
+                       backend_config: dict[str, dict[str, str]], content_types: dict[str, str]) -> None:
+        use_content_types(content_types)  # the deployment's, which requests and responses cross the channel in
         self.model = model
         server = Server(ServerOptions(
             model_repositories=model_repository, model_control_mode="explicit", load_models=[model],
