@@ -42,6 +42,12 @@ def test_every_datatype_crosses_as_a_view_of_the_frame() -> None:
     assert content.inputs[-1].data.tolist() == [b"hello", b"", "ünï".encode()]  # BYTES, an empty element among them
 
 
+def test_a_bfloat16_array_crosses_as_its_bit_patterns() -> None:
+    array = DATATYPES["BF16"]  # ml_dtypes.bfloat16, not the uint16 patterns the core holds
+    [tensor] = crossed(RequestContent("m", inputs=(Tensor("X", "BF16", array.shape, array),))).inputs
+    assert tensor.data.dtype == np.uint16 and tensor.data.view(ml_dtypes.bfloat16).tolist() == array.tolist()
+
+
 def test_zero_sized_and_large_tensors() -> None:
     large = np.arange(2 * 1024 * 1024, dtype=np.float32)  # 8 MiB
     inputs = (Tensor("EMPTY", "FP32", (0, 4), np.zeros((0, 4), np.float32)),

@@ -55,7 +55,9 @@ class TensorLayout:
         if datatype == "BYTES":
             return self._place(name, datatype, shape, serialize_bytes(array))
         wire = BY_NAME[datatype].numpy
-        return self._place(name, datatype, shape, array if array.dtype == wire else array.astype(wire))
+        if array.dtype != wire:  # a bfloat16 array (ml_dtypes, torch's numpy) keeps its bit patterns
+            array = array.view(wire) if datatype == "BF16" and array.dtype.name == "bfloat16" else array.astype(wire)
+        return self._place(name, datatype, shape, array)
 
     def add_tensor(self, tensor: Tensor) -> TensorRef:
         """Lay out a Tensor: the wire bytes it keeps as they are, else its ``data``."""
