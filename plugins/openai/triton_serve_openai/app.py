@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -431,18 +431,9 @@ class _Answer:
     async def stream(self, choices: list[Choice], include_usage: bool) -> AsyncIterator[bytes]:
         """Every chunk as its SSE event, then the usage chunk (``include_usage``) and ``[DONE]``; a model's error
         ends the stream with an error event."""
-        queue: asyncio.Queue[tuple[Choice, Piece | None, bool, ServerError | None]] = asyncio.Queue()
-
-        async def pump(choice: Choice) -> None:
-            try:
-                async for piece, final in _pieces(choice):
-                    queue.put_nowait((choice, piece, final, None))
-            except ServerError as error:
-                queue.put_nowait((choice, None, True, error))
-
-        pumps = [asyncio.create_task(pump(choice)) for choice in choices]
+        items = _merged(choices)
         try:
-            item: tuple[Choice, Piece | None, bool, ServerError | None] | None = await queue.get()
+            item: _Item | None = await anext(items)
             assert item is not None
             if item[3] is not None:
                 raise item[3]  # nothing sent yet: the answer is an HTTP error
@@ -456,7 +447,7 @@ class _Answer:
                     choice.calls = CallStream(self.tools.parser)
             open_choices, cut = len(choices), set()
             while open_choices:
-                choice, piece, final, error = item if item is not None else await queue.get()
+                choice, piece, final, error = item if item is not None else await anext(items)
                 item = None
                 if choice.index in cut:
                     continue
@@ -495,8 +486,39 @@ class _Answer:
                               "choices": [], "usage": self._usage(choices)})
             yield b"data: [DONE]\n\n"
         finally:
-            for task in pumps:
-                task.cancel()
+            await items.aclose()
+
+
+_Item = tuple[Choice, Piece | None, bool, ServerError | None]  # a piece or the error that ended a choice
+
+
+async def _merged(choices: list[Choice]) -> AsyncGenerator[_Item, None]:
+    """Every choice's pieces as they come, each choice ending with its final piece or its error. One choice is
+    read directly; several through a queue that a task per choice fills."""
+    if len(choices) == 1:
+        [choice] = choices
+        try:
+            async for piece, final in _pieces(choice):
+                yield choice, piece, final, None
+        except ServerError as error:
+            yield choice, None, True, error
+        return
+    queue: asyncio.Queue[_Item] = asyncio.Queue()
+
+    async def pump(choice: Choice) -> None:
+        try:
+            async for piece, final in _pieces(choice):
+                queue.put_nowait((choice, piece, final, None))
+        except ServerError as error:
+            queue.put_nowait((choice, None, True, error))
+
+    pumps = [asyncio.create_task(pump(choice)) for choice in choices]
+    try:
+        while True:
+            yield await queue.get()
+    finally:
+        for task in pumps:
+            task.cancel()
 
 
 async def _pieces(choice: Choice) -> AsyncIterator[tuple[Piece, bool]]:
