@@ -20,6 +20,7 @@ import uvloop
 from .protocol import Embed, EngineInfo, FrameProtocol, Generate, Start
 
 log = logging.getLogger("triton_serve_vllm.engine")
+CPU_LORA_WORKER = "triton_serve_vllm.cpu_lora_worker.FixedCPUWorker"
 
 
 class EngineProcess:
@@ -69,6 +70,8 @@ class EngineProcess:
         self.loras = start.loras
         self.model_name = start.model_name
         args = AsyncEngineArgs(**start.engine_args)
+        if args.enable_lora and current_platform.is_cpu() and args.worker_cls == "auto":
+            args.worker_cls = CPU_LORA_WORKER  # fixes vLLM's CPU LoRA ops in its worker processes (cpu_lora.py)
         loggers = None
         if start.metrics:
             self.gatherer = MetricGatherer(self._schedule_flush)
@@ -106,13 +109,16 @@ class EngineProcess:
     # ---- requests ---------------------------------------------------------------------------------
 
     async def generate(self, message: Generate) -> None:
-        from .sampling import prompt, sampling_params
+        from .sampling import lora_request, prompt, request_parameters, sampling_params
         from .shaping import ResponseShaper
 
         key = message.key
         try:
+            # Triton's order: the LoRA name is checked first, then the model's task, then the sampling parameters
+            parameters = request_parameters(message)
+            lora = lora_request(parameters.pop("lora_name", None), self.loras)
             self._check_task("generate")
-            params, lora = sampling_params(message, self.loras)
+            params = sampling_params(parameters, message.flags.stream)
             shaper = ResponseShaper(message.flags, params.n, params.logprobs is not None)
             async for output in self.engine.generate(prompt(message), params, str(key), lora_request=lora):
                 if key in self.aborting:

@@ -24,20 +24,11 @@ class BadRequest(ValueError):
     """A request the engine refuses before it runs (an INVALID_ARG error)."""
 
 
-def sampling_params(message: Generate, loras: dict[str, str]) -> tuple[SamplingParams, LoRARequest | None]:
-    """vLLM's SamplingParams (raising vLLM's own error for a bad one), streamed as deltas or sent once at the end,
-    and the LoRA adapter that ``lora_name`` names."""
-    parameters = _parameters(message.parameters)
-    lora_name = parameters.pop("lora_name", None)
-    for key, value in list(parameters.items()):
-        parameters[key] = _converted(key, value)
-    parameters["output_kind"] = RequestOutputKind.DELTA if message.flags.stream else RequestOutputKind.FINAL_ONLY
-    params = SamplingParams(**parameters)
-    return params, _lora(lora_name, loras)
-
-
-def _parameters(raw: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(raw, dict):  # the request's parameters (the generate extension): only vLLM's keys are read
+def request_parameters(message: Generate) -> dict[str, Any]:
+    """The request's parameters: its ``sampling_parameters`` JSON object, else the vLLM keys (and ``lora_name``) of
+    the request's parameters (the generate extension's)."""
+    raw = message.parameters
+    if isinstance(raw, dict):
         return {key: value for key, value in raw.items() if key in _FIELDS or key == "lora_name"}
     try:
         parameters = json.loads(raw or "{}")
@@ -46,6 +37,14 @@ def _parameters(raw: str | dict[str, Any]) -> dict[str, Any]:
     if not isinstance(parameters, dict):
         raise BadRequest("'sampling_parameters' must be a JSON object")
     return parameters
+
+
+def sampling_params(parameters: dict[str, Any], stream: bool) -> SamplingParams:
+    """vLLM's SamplingParams of ``parameters`` (without ``lora_name``; raising vLLM's own error for a bad one),
+    streamed as deltas or sent once at the end."""
+    converted = {key: _converted(key, value) for key, value in parameters.items()}
+    converted["output_kind"] = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+    return SamplingParams(**converted)
 
 
 def _converted(key: str, value: Any) -> Any:
@@ -82,8 +81,9 @@ def _scalar_type(kind: Any) -> type | None:
     return None
 
 
-def _lora(name: Any, loras: dict[str, str]) -> LoRARequest | None:
-    """Triton's checks and messages for ``lora_name``."""
+def lora_request(name: Any, loras: dict[str, str]) -> LoRARequest | None:
+    """The adapter of multi_lora.json that ``lora_name`` names, with Triton's checks and messages (its ids are
+    1, 2, ... in the file's order, as Triton's backend numbers them)."""
     if name is None:
         return None
     if not loras:
