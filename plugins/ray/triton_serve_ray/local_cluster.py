@@ -50,6 +50,13 @@ def _die_with_starter() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def _signal(pid: int, number: signal.Signals) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:  # exited meanwhile
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -119,6 +126,36 @@ class LocalCluster:
             last = "\n".join(output.strip().splitlines()[-OUTPUT_LINES:])
             name = "head" if number == 0 else f"node {number} ({self.nodes[number].ip or 'this machine'})"
             raise ClusterFailed(f"the Ray {name} {why}; the end of its output:\n{last}")
+
+    def freeze_node(self, number: int) -> None:
+        """Stop every process of node ``number`` (not the head) where it stands (SIGSTOP), as a machine that stops
+        answering without closing its connections; ``kill_node`` it afterwards."""
+        for pid in self._node_processes(number):
+            _signal(pid, signal.SIGSTOP)
+
+    def kill_node(self, number: int) -> int:
+        """Kill every process of node ``number`` (not the head) at once (SIGKILL), as a machine lost; the other
+        nodes stay. Returns its ``ray start``'s exit status."""
+        for pid in self._node_processes(number):
+            _signal(pid, signal.SIGKILL)
+        return self.processes[number].wait(STOP_TIMEOUT_S)
+
+    def _node_processes(self, number: int) -> list[int]:
+        """Node ``number``'s ``ray start`` and every process under it (Ray's workers have process groups of
+        their own), the parents first."""
+        if number == 0:
+            raise ValueError("the head holds the cluster: stop() the cluster instead")
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        found = [self.processes[number].pid]
+        for pid in found:  # grows while it is walked: breadth first
+            found.extend(children.get(pid, []))
+        return found
 
     def stop(self) -> list[int | None]:
         """Stop the nodes, the others before the head; each one's exit status (None: it had to be killed)."""

@@ -9,6 +9,7 @@ from ray.actor import ActorHandle
 HEARTBEAT_S = 0.5  # how often a replica reports its address
 LEASE_S = 3.0  # an address not reported for this long is dropped (its replica died without leaving)
 NAMESPACE = "triton_serve_ray"
+HEAD_NODE = "node:__internal_head__"  # the resource Ray gives the head node only
 
 
 @ray.remote(num_cpus=0)
@@ -37,6 +38,10 @@ class ReplicaRegistry:
 
 def registry_of(app: str) -> ActorHandle:
     """The registry of application ``app``, created by whichever replica asks first. Detached: it outlives the
-    replica that created it (replicas come and go), and goes with the cluster."""
+    replica that created it (replicas come and go), and goes with the cluster. On the head node, which stays
+    while the cluster does (one on a node that left would take the routing table with it, and the front doors
+    would keep routing to what they last read); restarted if its process dies, the replicas' reports fill it
+    again."""
     return ReplicaRegistry.options(  # type: ignore[attr-defined]
-        name=f"registry:{app}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
+        name=f"registry:{app}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        resources={HEAD_NODE: 0.001}, scheduling_strategy="DEFAULT", max_restarts=-1).remote()

@@ -29,8 +29,9 @@ class ModelReplica:
     owner of a channel listener (the one front-end processes use) on a free TCP port of its node.
 
     Ray Serve constructs it with the application's content types (``content_type_names`` where it was built;
-    ``__init__`` imports them, then loads the model; a load failure fails the replica, with the reason) and calls ``check_health`` periodically. The replica reports its channel address to the
-    application's registry while it lives; the front doors route requests to it from there.
+    ``__init__`` imports them, then loads the model; a load failure fails the replica, with the reason) and
+    calls ``check_health`` periodically. The replica reports its channel address to the application's registry
+    while it lives; the front doors route requests to it from there.
     """
 
     async def __init__(self, model_repository: list[str], model: str,  # type: ignore[misc]  # Ray Serve awaits it
