@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from triton_serve.testing import RunningServer
-from triton_serve_vllm.engine_client import ENGINES
+from triton_serve_vllm.engine_client import EngineClient
 
 
 MODEL = "llm"  # conftest.py's model
@@ -164,7 +164,6 @@ def test_n_2_gives_two_sequences(http_url: str) -> None:
     ({"temperature": -1}, "temperature must be non-negative, got -1"),
     ({"best_of": 2}, "Unexpected keyword argument 'best_of'"),
     ({"max_tokens": "many"}, "sampling parameter 'max_tokens' must be of type int, got 'many'"),
-    ({"lora_name": "x"}, "LoRA feature is not enabled."),
 ])
 def test_bad_sampling_parameters_are_a_400_with_vllms_message(http_url: str, parameters: dict[str, Any],
                                                                message: str) -> None:
@@ -177,6 +176,8 @@ def test_bad_prompts_are_refused_with_vllms_message(
         grpc_stream: tuple[grpcclient.InferenceServerClient, queue.Queue[Any]], http_url: str) -> None:
     empty = _generate(http_url, {"text_input": ""})
     assert empty.status_code == 400 and "The decoder prompt cannot be empty" in empty.json()["error"]
+    missing = _generate(http_url, {"sampling_parameters": "{}"})  # text_input is optional only for embeddings
+    assert missing.status_code == 400 and missing.json()["error"] == "input 'text_input' is missing"
     client, results = grpc_stream
     client.async_stream_infer(MODEL, _inputs("x" * (MAX_MODEL_LEN + 10), stream=True))
     error = results.get(timeout=WAIT_S)
@@ -191,8 +192,8 @@ def test_an_embedding_request_to_a_generative_model_is_refused(http_url: str) ->
 
 
 def test_a_cancelled_stream_is_aborted_in_vllm_and_nothing_keeps_running(
-        grpc_stream: tuple[grpcclient.InferenceServerClient, queue.Queue[Any]], server: RunningServer) -> None:
-    (engine,) = [engine for engine in ENGINES if engine.dead is None]
+        grpc_stream: tuple[grpcclient.InferenceServerClient, queue.Queue[Any]], server: RunningServer,
+        engine: EngineClient) -> None:
     aborted_before = engine.aborted
     client, results = grpc_stream
     client.async_stream_infer(MODEL, _inputs("Hello", stream=True, sampling_parameters={

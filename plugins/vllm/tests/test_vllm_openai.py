@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from triton_serve.testing import RunningServer
-from triton_serve_vllm.engine_client import ENGINES
+from triton_serve_vllm.engine_client import EngineClient
 
 
 MODEL = "llm"  # conftest.py's model
@@ -74,8 +74,8 @@ def test_bad_sampling_parameters_are_a_400_with_vllms_message(client: openai.Ope
     assert "top_p must be in (0, 1], got 0" in str(caught.value)
 
 
-def test_a_client_that_leaves_a_stream_aborts_its_vllm_request(http_url: str, server: RunningServer) -> None:
-    (engine,) = [engine for engine in ENGINES if engine.dead is None]
+def test_a_client_that_leaves_a_stream_aborts_its_vllm_request(http_url: str, server: RunningServer,
+                                                                engine: EngineClient) -> None:
     aborted_before = engine.aborted
     body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8000, "stream": True, "ignore_eos": True}
     with httpx.stream("POST", f"http://{http_url}/v1/completions", json=body, timeout=WAIT_S) as response:

@@ -11,15 +11,15 @@ import httpx
 import tritonclient.http as httpclient
 
 from triton_serve.testing import RunningServer
-from triton_serve_vllm.engine_client import ENGINES
+from triton_serve_vllm.engine_client import EngineClient
 
 
 MODEL = "llm"  # conftest.py's model
 WAIT_S = 120
 
 
-def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: RunningServer) -> None:
-    (engine,) = [engine for engine in ENGINES if engine.dead is None]
+def test_a_dead_engine_fails_its_requests_and_the_model_goes_unready(server: RunningServer,
+                                                                     engine: EngineClient) -> None:
     assert engine.pid is not None
     # a process group of its own (ended below as one), in the server's session (Linux schedules each session as
     # a group of its own: engine_client.py)

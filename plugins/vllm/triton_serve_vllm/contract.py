@@ -8,8 +8,11 @@ from triton_serve.plugin import DataType, InferenceRequest, ModelConfig, ModelIn
 
 from .protocol import Embed, Flags, Generate
 
-# (name, data type, dims, optional) of each input, in Triton's order.
-INPUTS = (("text_input", DataType.TYPE_STRING, [1], False), ("image", DataType.TYPE_STRING, [-1], True),
+# (name, data type, dims, optional) of each input, in Triton's order. Triton's backend makes ``text_input`` required,
+# but Triton's server checks only how many inputs a request has, so an embedding request (``embedding_request``,
+# no ``text_input``, as Triton's OpenAI front-end sends it) passes; this server checks required inputs by name, so
+# ``text_input`` is optional here and a generate request without it is refused by ``read_request``.
+INPUTS = (("text_input", DataType.TYPE_STRING, [1], True), ("image", DataType.TYPE_STRING, [-1], True),
           ("stream", DataType.TYPE_BOOL, [1], True), ("sampling_parameters", DataType.TYPE_STRING, [1], True),
           ("exclude_input_in_output", DataType.TYPE_BOOL, [1], True),
           ("return_finish_reason", DataType.TYPE_BOOL, [1], True),
