@@ -15,7 +15,8 @@
 # pytest run's own) to $OUT when set, else to build/gpu-check. Exit status 1 if any check FAILed, else 0.
 #
 # Environment: GPU_CHECK_PYTHON (python3: the machine's Python, which holds torch), GPU_WHEELHOUSE
-# (build/gpu-wheelhouse), GPU_CHECK_VENV (/tmp/gpu-check-venv), GPU_CHECK_BUDGET_S (420).
+# (build/gpu-wheelhouse), GPU_CHECK_VENV (/tmp/gpu-check-venv), GPU_CHECK_BUDGET_S (420), GPU_CHECK_ONLY (an
+# extended regular expression: only the checks whose names match it run, e.g. 'torch|metrics' for a rerun).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,7 @@ PYTHON=${GPU_CHECK_PYTHON:-python3}
 WHEELHOUSE=${GPU_WHEELHOUSE:-build/gpu-wheelhouse}
 VENV=${GPU_CHECK_VENV:-/tmp/gpu-check-venv}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-420}
+ONLY=${GPU_CHECK_ONLY:-}
 DEST=${OUT:-build/gpu-check}
 REPORT=scripts/gpu_check_report.py
 mkdir -p "$DEST"
@@ -43,6 +45,11 @@ finish() {
     exit "$status"
 }
 
+# whether a check is chosen by GPU_CHECK_ONLY
+chosen() {
+    [[ -z $ONLY || $1 =~ $ONLY ]]
+}
+
 # seconds a check may take: its own limit, cut to what is left of the budget; fails when under 30 s are left
 slot_for() {
     local left=$((BUDGET_S - (SECONDS - started)))
@@ -54,6 +61,7 @@ slot_for() {
 run_pytest() {
     local name=$1 limit=$2 slot
     shift 2
+    chosen "$name" || return 0
     local slug=${name//[^A-Za-z0-9]/-}
     if ! slot=$(slot_for "$limit"); then
         "$PY" "$REPORT" record "$name" SKIP "no time left in the ${BUDGET_S} s budget"
@@ -67,13 +75,20 @@ run_pytest() {
     "$PY" "$REPORT" judge "$name" "$GPU_CHECK_RESULTS/junit-$slug.xml" "$GPU_CHECK_RESULTS/$slug.out" "$rc"
 }
 
-echo "==== gpu_check.sh $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "==== gpu_check.sh $(date -u +%FT%TZ) on $(uname -n), $(nproc) CPUs; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 echo "---- setup: virtual environment $VENV over $("$PYTHON" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 setup() {
     [[ -d $WHEELHOUSE ]] || { echo "no $WHEELHOUSE: run scripts/gpu_wheelhouse.sh here and carry it"; return 1; }
     rm -rf "$VENV"
-    timeout 120 "$PYTHON" -m venv --system-site-packages "$VENV" || return 1
+    # Without ensurepip (some distributions leave it out) the machine's own pip installs into the new venv.
+    if timeout 120 "$PYTHON" -m venv --system-site-packages "$VENV"; then
+        PIP=("$VENV/bin/python" -m pip)
+    else
+        rm -rf "$VENV"
+        timeout 60 "$PYTHON" -m venv --system-site-packages --without-pip "$VENV" || return 1
+        PIP=("$PYTHON" -m pip --python "$VENV/bin/python")
+    fi
     # --system-site-packages sees the base Python's packages only. Where the machine's Python is itself a
     # virtual environment (the device's torch lives in one), its site-packages are added after the new ones.
     local host_sites
@@ -85,11 +100,11 @@ setup() {
     done <<<"$host_sites"
     # The core and the test client with their dependencies (those the machine has are kept), then the
     # plugins without theirs: tensorrt, xgboost and the like are not carried; their checks SKIP.
-    timeout 240 "$VENV/bin/python" -m pip install -q --no-index --no-compile --find-links "$WHEELHOUSE" \
+    timeout 240 "${PIP[@]}" install -q --no-index --no-compile --find-links "$WHEELHOUSE" \
         "$WHEELHOUSE"/triton_serve-*.whl "tritonclient[http,grpc]" || return 1
-    timeout 120 "$VENV/bin/python" -m pip install -q --no-index --no-compile --no-deps \
+    timeout 120 "${PIP[@]}" install -q --no-index --no-compile --no-deps \
         "$WHEELHOUSE"/triton_serve_*.whl || return 1
-    "$VENV/bin/python" -m pip list 2>/dev/null | grep -iE "^(triton|torch |onnx|numpy |grpcio |protobuf |tritonclient|starlette|uvicorn|hypercorn|pytest |pytest-xdist|xgboost|nvidia-ml-py|cuda-)" || true
+    "${PIP[@]}" list 2>/dev/null | grep -iE "^(triton|torch |onnx|numpy |grpcio |protobuf |tritonclient|starlette|uvicorn|hypercorn|pytest |pytest-xdist|xgboost|nvidia-ml-py|cuda-)" || true
 }
 if setup; then
     PY=$VENV/bin/python
@@ -156,7 +171,9 @@ run_pytest "KIND_GPU on FIL (XGBoost)" 150 plugins/fil/tests/test_gpu.py
 run_pytest "CUDA shared memory" 150 tests/test_shared_memory.py
 
 echo
-if slot=$(slot_for 120); then
+if ! chosen "GPU metrics"; then
+    :
+elif slot=$(slot_for 120); then
     echo "---- GPU metrics: scripts/gpu_metrics_check.py (timeout ${slot} s)"
     timeout -k 10 "$slot" "$PY" scripts/gpu_metrics_check.py 2>&1 | tee "$GPU_CHECK_RESULTS/metrics.out"
     rc=${PIPESTATUS[0]}

@@ -124,7 +124,6 @@ def memory_follows_an_allocation(port: int) -> str:
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
     finally:
         pynvml.nvmlShutdown()
-    torch.cuda.init()
     torch.empty(1, device="cuda:0")  # the CUDA context first: its own memory is not the allocation measured
     time.sleep(1.0)
     before = samples(scrape(port), "nv_gpu_memory_used_bytes")[uuid]
