@@ -39,6 +39,7 @@ started=$SECONDS
 finish() {
     "${PY:-$PYTHON}" "$REPORT" summary "$DEST/gpu_check.xml"
     local status=$?
+    rm -rf "$GPU_CHECK_RESULTS"  # each run's output is in the log, its JUnit XML in gpu_check.xml
     echo "gpu_check.sh: exit status $status after $((SECONDS - started)) s; log $DEST/gpu_check.log"
     exec >&- 2>&-
     wait "$tee_pid"
