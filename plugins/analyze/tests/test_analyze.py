@@ -89,7 +89,7 @@ def _check_report(output: Path, model: str) -> str:
 
 # ---- real perf_analyzer ------------------------------------------------------------------------
 
-def test_add_sub_quick_search_writes_a_config_that_serves_as_measured(
+def test_add_sub_quick_search_writes_a_config_that_serves(
         add_sub_repo: Path, perf_analyzer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "out"
     status = main(["--model-repository", str(add_sub_repo), "--model", "add_sub", "--perf-analyzer", perf_analyzer,
