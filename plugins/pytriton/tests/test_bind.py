@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_serve.inprocess import ServerError
+from triton_serve.inprocess import ServerError, Status
 from triton_serve.testing import free_port
 from triton_serve_pytriton.decorators import (batch, fill_optionals, first_value, group_by_keys, group_by_values,
                                               pad_batch, sample, triton_context)
@@ -106,6 +106,26 @@ def test_process_isolation_runs_the_function_in_a_worker(triton: Triton, monkeyp
                 config=ModelConfig(decoupled=True), process_isolation=True)
     stream = triton.server.model("isolated_stream").stream({"value": np.full((1, 1), 3, np.float32)}, timeout=30)
     assert [int(o["pid"][0, 0]) for o in stream] == [3, 2, 1]
+
+
+def test_results_from_a_worker_are_checked_there_and_cross_as_content(triton: Triton,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    isolated_functions = importlib.import_module("isolated_functions")
+    pid = [Tensor(name="pid", dtype=np.int64, shape=(1,))]
+    triton.bind("greeting", isolated_functions.greeting, VALUE, [Tensor(name="text", dtype=bytes, shape=(1,))],
+                process_isolation=True)
+    texts = infer(triton, "greeting", value=np.array([[1], [2]], np.float32))["text"]
+    assert texts.ravel().tolist() == [b"hello 1", b"hello 2"]
+    triton.bind("not_a_list", isolated_functions.not_a_list, VALUE, pid, process_isolation=True)
+    with pytest.raises(ServerError, match=r"^Outputs returned by `not_a_list` model callable must be list") as raised:
+        infer(triton, "not_a_list", value=np.ones((1, 1), np.float32))
+    assert raised.value.status is Status.INTERNAL
+    triton.bind("with_a_note", isolated_functions.with_a_note, VALUE, pid, process_isolation=True)
+    assert infer(triton, "with_a_note", value=np.ones((1, 1), np.float32))["pid"].tolist() == [[7]]  # checked in the worker
+    triton.bind("wrong_type", isolated_functions.wrong_type, VALUE, pid, process_isolation=True)
+    with pytest.raises(ServerError, match="Returned output `pid` for model `wrong_type` has invalid type"):
+        infer(triton, "wrong_type", value=np.ones((1, 1), np.float32))
 
 
 def test_async_and_generator_functions(triton: Triton) -> None:

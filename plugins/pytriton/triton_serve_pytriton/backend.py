@@ -3,14 +3,14 @@ the framework-backend API (or, isolated, through a worker process per instance).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from triton_serve.plugin import (Backend, BackendRegistry, FrameworkInstance, InferenceRequest, InferenceResponse,
-                                 InstanceSpec, Model, ModelInstance, ModelSpec, ServerError, Status, content_type_names,
-                                 hookimpl)
+                                 InstanceSpec, Model, ModelInstance, ModelSpec, ResponseContent, ServerError, Status,
+                                 content_type_names, hookimpl)
 
 from .binding import BINDING_FILE, Binding, find
 from .calling import close_thread_loop, requests_of, results_of
@@ -55,7 +55,7 @@ class FunctionInstance(FrameworkInstance):
         self.worker: WorkerProcess | None = None
         if binding.isolated:
             self.worker = WorkerProcess(binding.pickled[index], f"{self.model.spec.name}/{self.spec.name}",
-                                        content_type_names())
+                                        content_type_names(), binding.config, binding.strict)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Not used: ``execute`` hands the function whole requests."""
@@ -104,21 +104,24 @@ class FunctionInstance(FrameworkInstance):
         config = binding.config
         contents = [request.content for request in requests]
         default_outputs = [spec.name for spec in config.outputs or ()]
-        if self.worker is not None:
-            results = self.worker.call(contents, default_outputs)
+        partial = emit is not None
+        checked: Iterator[list[ResponseContent]]
+        if self.worker is not None:  # the worker checks each result and sends its responses
+            checked = self.worker.call(contents, default_outputs, partial)
         else:
-            results = results_of(self.call, requests_of(contents, default_outputs))
+            checked = (to_responses(config, binding.strict, contents, result, partial, InferenceResponse.content_type)
+                       for result in results_of(self.call, requests_of(contents, default_outputs)))
         try:
             if emit is not None:
-                for result in results:
-                    emit(to_responses(config, binding.strict, requests, result, partial=True))
+                for responses in checked:
+                    emit([InferenceResponse.from_content(response) for response in responses])
                 return None
             answered = None
-            for result in results:
+            for responses in checked:
                 if answered is not None:
                     raise ServerError(f"model '{config.model_name}' is not decoupled, but its function gave "
                                       "more than one result", Status.INTERNAL)
-                answered = to_responses(config, binding.strict, requests, result)
+                answered = [InferenceResponse.from_content(response) for response in responses]
             if answered is None:
                 raise ServerError(f"model '{config.model_name}': its function gave no result", Status.INTERNAL)
             return answered

@@ -1,12 +1,13 @@
 """Running a bound function in a worker process of its own (``Triton.bind(..., process_isolation=True)``).
 
 The worker is a fresh interpreter (``python -m triton_serve_pytriton.isolation``), so the script that
-called ``bind`` is not run again in it. It reads the pickled function and the server's content types, then
-answers each call with the function's results, one message per result (a generator's, one per value). A call
-carries its requests as their content in the core's codec (``encode_content``: metadata, and one buffer of their
-tensors' bytes, writable in the worker as the function's inputs are); results are pickled, as the function made
-them (the server checks them). Messages are length-prefixed pickles on the worker's stdin and on a copy of its
-stdout; what the function prints goes to stderr.
+called ``bind`` is not run again in it. It reads the pickled function, the model's configuration and the server's
+content types, then answers each call with the function's results, one message per result (a generator's, one
+per value). Requests and responses cross as their content in the core's codec (``encode_content``: metadata, and
+one buffer of their tensors' bytes, writable in the worker as the function's inputs are): the worker checks each
+result as PyTriton does (``results.to_responses``) and sends the responses it makes. Messages are length-prefixed
+pickles of that metadata on the worker's stdin and on a copy of its stdout; what the function prints goes to
+stderr.
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from typing import IO, Any
 
 import wrapt
 
-from triton_serve.worker import (RequestContent, ServerError, Status, TensorLayout, content_type_named, decode_content,
-                                 encode_content)
+from triton_serve.worker import (RequestContent, ResponseContent, ServerError, Status, TensorLayout, content_type_named,
+                                 decode_content, encode_content)
+
+from .model_config import TritonModelConfig
 
 _HEADER = struct.Struct("<Q")
 # Every wrapt proxy (decorated functions) derives from this: BaseObjectProxy from wrapt 2, ObjectProxy before.
@@ -81,7 +84,8 @@ def _receive(stream: IO[bytes]) -> Any:
 class WorkerProcess:
     """One worker process serving one function; ``call`` runs on one thread at a time."""
 
-    def __init__(self, pickled: bytes, name: str, content_types: dict[str, str]) -> None:
+    def __init__(self, pickled: bytes, name: str, content_types: dict[str, str], config: TritonModelConfig,
+                 strict: bool) -> None:
         self.name = name
         environment = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
         self.process = subprocess.Popen([sys.executable, "-m", "triton_serve_pytriton.isolation"],
@@ -89,7 +93,8 @@ class WorkerProcess:
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in, self._out = self.process.stdin, self.process.stdout
         try:
-            _send(self._in, (pickled, content_types))
+            _send(self._in, (pickled, content_types, config, strict))
+            self.response_type = content_type_named(content_types["response"], ResponseContent)
             reply = _receive(self._out)
         except (OSError, EOFError) as error:
             self.close()
@@ -99,20 +104,24 @@ class WorkerProcess:
             raise ServerError(f"the worker process of '{name}' could not load its function: {reply[2]}",
                               Status.INTERNAL)
 
-    def call(self, requests: Sequence[RequestContent], default_outputs: Sequence[str]) -> Iterator[Any]:
-        """Send ``requests`` (``default_outputs``: the outputs of one that asks for none); yield each result the
-        function returns or yields."""
+    def call(self, requests: Sequence[RequestContent], default_outputs: Sequence[str],
+             partial: bool) -> Iterator[list[ResponseContent]]:
+        """Send ``requests`` (``default_outputs``: the outputs of one that asks for none); yield the responses of
+        each result the function returns or yields, checked in the worker (``partial``: a decoupled model's)."""
         layout = TensorLayout()
         metas = [encode_content(content, layout) for content in requests]
         try:
-            _send(self._in, ("call", metas, layout.tobytes(), list(default_outputs)))
+            _send(self._in, ("call", metas, layout.tobytes(), list(default_outputs), partial))
             while True:
                 kind, *payload = _receive(self._out)
                 if kind == "done":
                     return
+                if kind == "refused":  # the results as a whole were wrong: PyTriton's message
+                    raise ServerError(payload[0], Status[payload[1]])
                 if kind == "error":
                     raise ServerError(f"{payload[0]}: {payload[1]}", Status.INTERNAL)
-                yield payload[0]
+                responses, buffer = payload
+                yield [decode_content(self.response_type, meta, buffer) for meta in responses]
         except (OSError, EOFError) as error:
             raise ServerError(f"the worker process of '{self.name}' failed: {error}", Status.UNAVAILABLE) from None
 
@@ -133,10 +142,12 @@ class WorkerProcess:
 
 def _serve(commands: IO[bytes], replies: IO[bytes]) -> None:
     from .calling import requests_of, results_of  # here, not at import: keeps the parent's import light
+    from .results import to_responses
     try:
-        pickled, content_types = _receive(commands)
+        pickled, content_types, config, strict = _receive(commands)
         function = pickle.loads(pickled)
         request_type = content_type_named(content_types["request"], RequestContent)
+        response_type = content_type_named(content_types["response"], ResponseContent)
     except Exception as error:
         _send(replies, ("error", type(error).__name__, str(error)))
         return
@@ -149,10 +160,15 @@ def _serve(commands: IO[bytes], replies: IO[bytes]) -> None:
         if command[0] == "close":
             return
         try:
-            _, metas, buffer, default_outputs = command
+            _, metas, buffer, default_outputs, partial = command
             contents = [decode_content(request_type, meta, buffer) for meta in metas]
             for result in results_of(function, requests_of(contents, default_outputs)):
-                _send(replies, ("result", result))
+                layout = TensorLayout()
+                responses = to_responses(config, strict, contents, result, partial, response_type)
+                _send(replies, ("result", [encode_content(response, layout) for response in responses],
+                                layout.tobytes()))
+        except ServerError as error:
+            _send(replies, ("refused", error.message, error.status.name))
         except Exception as error:
             traceback.print_exc()
             _send(replies, ("error", type(error).__name__, str(error)))

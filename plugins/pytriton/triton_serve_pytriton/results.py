@@ -1,4 +1,5 @@
-"""A bound function's results checked and turned into responses, as PyTriton checks them."""
+"""A bound function's results checked and turned into response content, as PyTriton checks them (in the server, or
+in the function's worker process: only the light ``triton_serve.worker`` is imported)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -6,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor
+from triton_serve.worker import RequestContent, ResponseContent, ServerError, Status, Tensor
 
 from .model_config import TritonModelConfig, config_type, is_bytes_dtype
 
@@ -15,11 +16,11 @@ def _internal(message: str) -> ServerError:
     return ServerError(message, Status.INTERNAL)
 
 
-def to_responses(config: TritonModelConfig, strict: bool, requests: Sequence[InferenceRequest], results: Any,
-                 partial: bool = False) -> list[InferenceResponse]:
-    """One response per request from ``results`` (a list of dicts of arrays, one per request). The
-    whole list being wrong raises; one request's wrong outputs fail that request alone. ``partial``: a
-    decoupled model's response, which may carry only some of the outputs."""
+def to_responses(config: TritonModelConfig, strict: bool, requests: Sequence[RequestContent], results: Any,
+                 partial: bool = False, response_type: type[ResponseContent] = ResponseContent) -> list[ResponseContent]:
+    """One response per request from ``results`` (a list of dicts of arrays, one per request), as
+    ``response_type``. The whole list being wrong raises; one request's wrong outputs fail that request alone.
+    ``partial``: a decoupled model's response, which may carry only some of the outputs."""
     name = config.model_name
     if not isinstance(results, list):
         raise _internal(f"Outputs returned by `{name}` model callable must be list of response dicts with numpy "
@@ -27,11 +28,12 @@ def to_responses(config: TritonModelConfig, strict: bool, requests: Sequence[Inf
     if len(results) != len(requests):
         raise _internal(f"Number of outputs returned by `{name}` inference callable ({len(results)}) does not "
                         f"match number of requests ({len(requests)}) received from Triton.")
-    return [_response(config, strict, request, result, partial) for request, result in zip(requests, results)]
+    return [_response(config, strict, request, result, partial, response_type)
+            for request, result in zip(requests, results)]
 
 
-def _response(config: TritonModelConfig, strict: bool, request: InferenceRequest, result: Any,
-              partial: bool) -> InferenceResponse:
+def _response(config: TritonModelConfig, strict: bool, request: RequestContent, result: Any, partial: bool,
+              response_type: type[ResponseContent]) -> ResponseContent:
     try:
         if not isinstance(result, dict):
             raise _internal(f"Outputs returned by `{config.model_name}` model callable must be list of response "
@@ -52,9 +54,9 @@ def _response(config: TritonModelConfig, strict: bool, request: InferenceRequest
             if missing:
                 raise _internal(f"model '{config.model_name}' returned no output "
                                 + ", ".join(f"'{output}'" for output in missing))
-        return InferenceResponse(tensors)
+        return response_type(outputs=tuple(tensors))
     except ServerError as error:
-        return InferenceResponse.from_error(error)
+        return response_type(error=error)
 
 
 def _tensor(config: TritonModelConfig, strict: bool, output: str, spec: Any, value: Any) -> Tensor:
