@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from triton_serve.testing import EXAMPLE_REPOSITORY, ToyBackendsPlugin
 from triton_serve_analyze.cli import main
 from triton_serve_analyze.measure import PerfAnalyzer
+from triton_serve_analyze.search import MEASURED
 from triton_serve_analyze.server import LocalServer, ServerClient
 
 MODEL_ANALYZER = Path(__file__).resolve().parents[3] / "ma-venv" / "bin" / "model-analyzer"
@@ -100,7 +101,9 @@ def test_add_sub_quick_search_writes_a_config_that_serves(
     assert "best: mbs=" in out and "config written to" in out
     chosen = _chosen(output)
     assert {row["candidate"] for row in _rows(output)} >= {chosen["candidate"]}
-    assert all(float(row["throughput_infer_per_s"]) > 0 for row in _rows(output))
+    assert chosen["status"] == MEASURED
+    for row in _rows(output):  # a candidate perf_analyzer could not measure (a busy machine) says why
+        assert float(row["throughput_infer_per_s"]) > 0 if row["status"] == MEASURED else row["error"], row
     _check_report(output, "add_sub")
     written = add_sub_repo / "add_sub" / "configs" / "analyzed.pbtxt"
     text = written.read_text()
