@@ -272,7 +272,7 @@ class DataPlane:
 
     async def update_log_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Change the named log settings in every process of the server (all or none); the settings now."""
-        return self.log_control.update(changes).as_dict()
+        return (await self.log_control.update(changes)).as_dict()
 
     # ---- tracing ----------------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ import logging
 import os
 import signal
 import socket
+import itertools
 import subprocess
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from . import channel, wire
@@ -48,6 +50,8 @@ class _Endpoint(asyncio.Protocol):
         self._reader = channel.FrameReader()
         self._writer: channel.FrameWriter | None = None
         self._calls: set[asyncio.Task[None]] = set()
+        self.log_applied: dict[int, asyncio.Future[None]] = {}  # log settings sent, until the process has them
+        self._log_ids = itertools.count(1)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._writer = channel.FrameWriter(transport)  # type: ignore[arg-type]
@@ -70,6 +74,10 @@ class _Endpoint(asyncio.Protocol):
                 trace = self.traces.pop(frame_id, None)
                 if trace is not None:
                     trace.frontend_done(meta)
+            elif kind == channel.LOG_APPLIED:
+                applied = self.log_applied.pop(frame_id, None)
+                if applied is not None and not applied.done():
+                    applied.set_result(None)
             elif kind == channel.STARTED and not self.started.done():
                 self.started.set_result(meta[0])
 
@@ -87,12 +95,27 @@ class _Endpoint(asyncio.Protocol):
         for trace in self.traces.values():
             trace.frontend_done([])
         self.traces.clear()
+        for applied in self.log_applied.values():  # a restarted process starts with the settings in force
+            if not applied.done():
+                applied.set_result(None)
+        self.log_applied.clear()
         if not self.started.done():
             self.started.set_result("the front-end process exited before it started serving")
 
     def _write(self, frame: bytes) -> None:
         if self._writer is not None and not self._writer.closed:
             self._writer.write(frame)
+
+    def send_log_settings(self, settings: LogSettings) -> asyncio.Future[None]:
+        """Have the process log as ``settings`` say from now on; the future is done once it does (or is gone)."""
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.ended:
+            applied.set_result(None)
+            return applied
+        frame_id = next(self._log_ids)
+        self.log_applied[frame_id] = applied
+        self._write(channel.encode(channel.LOG_SETTINGS, frame_id, settings.as_dict()))
+        return applied
 
     def send_trace_armed(self, armed: bool) -> None:
         """Have the process note trace timestamps for its requests (or stop)."""
@@ -237,10 +260,9 @@ class _FrontendProcess:
             log.error("front-end process %d could not be restarted: %s", self.index, error)
             await asyncio.sleep(RESTART_DELAY_S * 10)
 
-    def send_log_settings(self, settings: LogSettings) -> None:
-        """Have the process log as ``settings`` say from now on."""
-        if self.endpoint is not None:
-            self.endpoint._write(channel.encode(channel.LOG_SETTINGS, 0, settings.as_dict()))
+    def send_log_settings(self, settings: LogSettings) -> asyncio.Future[None] | None:
+        """Have the process log as ``settings`` say from now on; the future is done once it does."""
+        return self.endpoint.send_log_settings(settings) if self.endpoint is not None else None
 
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.returncode is None:
@@ -275,9 +297,9 @@ class FrontendPool:
         dataplane.log_control.subscribe(self._send_log_settings)
         dataplane.tracer.subscribe(self._send_trace_armed)
 
-    def _send_log_settings(self, settings: LogSettings) -> None:
-        for process in self.processes:
-            process.send_log_settings(settings)
+    def _send_log_settings(self, settings: LogSettings) -> Awaitable[Any] | None:
+        applied = [future for process in self.processes if (future := process.send_log_settings(settings)) is not None]
+        return asyncio.gather(*applied) if applied else None
 
     def _send_trace_armed(self, armed: bool) -> None:
         for process in self.processes:

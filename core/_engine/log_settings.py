@@ -1,13 +1,14 @@
 """Triton's logging extension: the log settings, how a change to them is checked, and Triton's log lines."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TextIO
 
 from .errors import ServerError, Status, unsupported
@@ -155,23 +156,30 @@ def apply_log_settings(settings: LogSettings) -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+APPLY_WAIT_S = 5.0  # how long an update waits for the front-end processes to have it
+
+
 class LogControl:
     """The model owner's log settings: ``update`` checks a change, applies it to this process and hands the
     new settings to each subscriber (the front-end processes), so that every process logs alike."""
 
     def __init__(self, settings: LogSettings | None = None) -> None:
         self.settings = settings or LogSettings()
-        self._subscribers: list[Callable[[LogSettings], None]] = []
+        self._subscribers: list[Callable[[LogSettings], Awaitable[Any] | None]] = []
 
-    def subscribe(self, subscriber: Callable[[LogSettings], None]) -> None:
-        """Call ``subscriber(settings)`` after every change."""
+    def subscribe(self, subscriber: Callable[[LogSettings], Awaitable[Any] | None]) -> None:
+        """Call ``subscriber(settings)`` after every change; what it returns, if anything, is awaited."""
         self._subscribers.append(subscriber)
 
-    def update(self, changes: Mapping[str, Any]) -> LogSettings:
-        """Make ``changes`` (all or, on a ServerError, none of them) and return the settings now in force."""
+    async def update(self, changes: Mapping[str, Any]) -> LogSettings:
+        """Make ``changes`` (all or, on a ServerError, none of them) and return the settings now in force, once
+        every subscriber has them (a front-end process that does not say so within APPLY_WAIT_S is not waited
+        for: it is stuck or restarting, and a restarted one starts with the settings in force)."""
         settings = self.settings.updated(changes)
         apply_log_settings(settings)
         self.settings = settings
-        for subscriber in self._subscribers:
-            subscriber(settings)
+        applied = [asyncio.ensure_future(done) for subscriber in self._subscribers
+                   if (done := subscriber(settings)) is not None]
+        if applied:
+            await asyncio.wait(applied, timeout=APPLY_WAIT_S)
         return settings

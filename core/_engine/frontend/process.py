@@ -127,6 +127,8 @@ class RemoteDataPlane(ForwardingDataPlane):
                     future.set_exception(wire.decode_error(value))
         elif kind == channel.LOG_SETTINGS:
             apply_log_settings(LogSettings(**meta))
+            if frame_id and self._writer is not None and not self._writer.closed:
+                self._writer.write(channel.encode(channel.LOG_APPLIED, frame_id, None))
         elif kind == channel.TRACED:
             request = self._requests.get(frame_id)
             if request is not None and request.trace is not None:
