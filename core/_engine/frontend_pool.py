@@ -114,6 +114,7 @@ class _Endpoint(asyncio.Protocol):
             return applied
         frame_id = next(self._log_ids)
         self.log_applied[frame_id] = applied
+        applied.add_done_callback(lambda _: self.log_applied.pop(frame_id, None))  # answered, or given up on
         self._write(channel.encode(channel.LOG_SETTINGS, frame_id, settings.as_dict()))
         return applied
 

@@ -181,5 +181,7 @@ class LogControl:
         applied = [asyncio.ensure_future(done) for subscriber in self._subscribers
                    if (done := subscriber(settings)) is not None]
         if applied:
-            await asyncio.wait(applied, timeout=APPLY_WAIT_S)
+            _, late = await asyncio.wait(applied, timeout=APPLY_WAIT_S)
+            for waiting in late:  # not waited for any longer: nothing keeps it
+                waiting.cancel()
         return settings
