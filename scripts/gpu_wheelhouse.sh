@@ -21,8 +21,9 @@ WHEELHOUSE=${GPU_WHEELHOUSE:-build/gpu-wheelhouse}
 PYTHON=${PYTHON:-python3}
 LIMIT_BYTES=$((64 * 1024 * 1024))  # the device tool's limit on what travels: working tree plus carried paths
 
-# Plugins whose tests need a GPU (and python: it serves the example add_sub model of the CUDA shared memory test).
-PLUGINS=(onnx torch fil transformers tensorrt python)
+# Plugins whose tests need a GPU (python: it serves the example add_sub model of the CUDA shared memory test and
+# of scripts/gpu_scaling.sh, whose batched variant needs batching).
+PLUGINS=(onnx torch fil transformers tensorrt python batching)
 # What the device lacks, by name and by the ranges this project and tritonclient accept; --no-deps below, so a
 # dependency missing here makes gpu_check.sh's offline install fail (the dry run in docs/installing.md finds it).
 THIRD_PARTY=(
@@ -47,6 +48,18 @@ for plugin in "${PLUGINS[@]}"; do
     sources+=("plugins/$plugin")
 done
 "$PYTHON" -m pip wheel --quiet --no-deps -c scripts/constraints.txt -w "$WHEELHOUSE" "${sources[@]}"
+
+# perf_analyzer for scripts/gpu_scaling.sh (scripts/perf_analyzer runs it with PERF_ANALYZER_HOME set): the binary
+# from pa-venv, with the CUDA runtime and libb64 it links and the device machine lacks.
+if [[ -x pa-venv/bin/perf_analyzer ]]; then
+    echo "== perf_analyzer from pa-venv, with libcudart and libb64"
+    mkdir -p "$WHEELHOUSE/perf_analyzer/lib"
+    cp pa-venv/bin/perf_analyzer "$WHEELHOUSE/perf_analyzer/"
+    cp -L pa-venv/lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12 "$WHEELHOUSE/perf_analyzer/lib/"
+    cp -L "$(ldconfig -p | awk '/libb64\.so\.0d / {print $NF; exit}')" "$WHEELHOUSE/perf_analyzer/lib/"
+else
+    echo "== no pa-venv/bin/perf_analyzer (scripts/install.sh makes it): scripts/gpu_scaling.sh will not run"
+fi
 
 echo "== contents"
 (cd "$WHEELHOUSE" && ls -1 ./*.whl | sed 's|^\./||' | while read -r wheel; do

@@ -179,8 +179,10 @@ def _leaf_names(spec: pytree.TreeSpec, roots: tuple[str, str] | None) -> list[st
 
 
 def read_exported_program(path: Path) -> torch.export.ExportedProgram:
-    """``torch.export.load``, one file at a time."""
-    with _LOAD_LOCK:
+    """``torch.export.load``, one file at a time. Some torch versions (2.11) warn that a buffer they read the
+    file into is not writable: a note about torch's own copy, not about the model, so it is not passed on."""
+    with _LOAD_LOCK, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
         return torch.export.load(str(path))
 
 
