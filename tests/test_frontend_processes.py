@@ -5,6 +5,7 @@ owner, and a killed one loses only its own requests and is restarted while the s
 ``frontend_processes`` fixtures.)"""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ from triton_serve.testing import probe_config
 
 from .conftest import ADD_SUB
 from .test_grpc import REPEAT
+from .test_trace import trace_config
 
 PROCESSES = 2
 
@@ -141,6 +143,32 @@ def test_killed_front_end_process_loses_only_its_requests_and_is_restarted(serve
     for value in range(30):
         assert infer_on_new_connection(server, value) == [2 * value] * 16
     assert all(endpoint.served > 0 for endpoint in endpoints(server))
+
+
+@pytest.mark.parametrize("change", ["log", "trace"])
+def test_a_settings_change_is_answered_once_every_front_end_process_has_it(add_model, toy_server, tmp_path,  # type: ignore[no-untyped-def]
+                                                                          change: str) -> None:
+    """A log or trace settings change is answered only when each front-end process says it is in force, so that
+    a request sent right after the answer is logged or traced as the change says, whichever process takes it:
+    a stopped process holds the answer back until it runs again."""
+    add_model("add_sub", ADD_SUB)
+    server = toy_server(frontend_processes=PROCESSES, trace_config=trace_config(f"triton,file={tmp_path / 't.json'}"))
+    dataplane = server.server.dataplane
+    before = dataplane.log_control.settings.as_dict()
+    update = {"log": lambda: dataplane.update_log_settings({"log_verbose_level": 1}),
+              "trace": lambda: dataplane.trace_setting("", {"level": 1})}[change]
+    stopped = server.server.frontends.pids()[0]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        answer = asyncio.run_coroutine_threadsafe(update(), server.loop)
+        time.sleep(1)
+        assert not answer.done()  # the stopped process has not said it has the change
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    answer.result(timeout=10)
+    assert not any(endpoint.applied for endpoint in endpoints(server))  # both said so
+    assert dataplane.trace_armed == (change == "trace")
+    server.call(lambda: dataplane.update_log_settings({"log_verbose_level": before["log_verbose_level"]}))
 
 
 def test_a_taken_port_fails_the_start_with_a_clear_error(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]

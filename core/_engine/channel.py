@@ -29,12 +29,13 @@ STARTED = 4  # meta: (error text or None,): the front-end bound its ports (or co
 RESPONSE = 5  # meta: (final, ResponseContent's metadata or None for a bare final flag, model version)
 REPLY = 6  # meta: (ok, result, or (message, status name) when not ok)
 LOG_SETTINGS = 7  # meta: the log settings as a dict (LogSettings.as_dict()): log as they say from now on; a
-#                   nonzero id is answered LOG_APPLIED once they are in force
+#                   nonzero id is answered SETTINGS_APPLIED once they are in force
 TRACED = 8  # the request with this id is traced: send its front-end timestamps back (TRACE_STAMPS)
-TRACE_ARMED = 9  # meta: (armed,): note trace timestamps for every request from now on, or stop
+TRACE_ARMED = 9  # meta: (armed,): note trace timestamps for every request from now on, or stop; a nonzero id is
+#                  answered SETTINGS_APPLIED once in force
 # front-end -> owner, after its response
 TRACE_STAMPS = 10  # meta: [(name, ns), ...]: the front-end's timestamps for the traced request with this id
-LOG_APPLIED = 11  # the LOG_SETTINGS frame with this id is in force in the front-end
+SETTINGS_APPLIED = 11  # the LOG_SETTINGS or TRACE_ARMED frame with this id is in force in the front-end
 
 Frame = tuple[int, int, Any, memoryview]
 

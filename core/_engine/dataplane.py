@@ -282,7 +282,7 @@ class DataPlane:
         if model_name and not await self.model_ready(model_name):
             raise ServerError(f"Request for unknown model : {model_name}")
         if update is not None:
-            self.tracer.update(model_name, update)
+            await self.tracer.update(model_name, update)
         return self.tracer.settings(model_name)
 
     def _arm_tracing(self, armed: bool) -> None:

@@ -28,6 +28,7 @@ log = logging.getLogger("triton_serve.frontend")
 
 START_TIMEOUT_S = 60.0
 RESTART_DELAY_S = 0.5
+SETTINGS_WAIT_S = 5.0  # how long a change of the log or trace settings waits for the processes to have it
 
 
 def default_process_count() -> int:
@@ -50,13 +51,13 @@ class _Endpoint(asyncio.Protocol):
         self._reader = channel.FrameReader()
         self._writer: channel.FrameWriter | None = None
         self._calls: set[asyncio.Task[None]] = set()
-        self.log_applied: dict[int, asyncio.Future[None]] = {}  # log settings sent, until the process has them
-        self._log_ids = itertools.count(1)
+        self.applied: dict[int, asyncio.Future[None]] = {}  # settings frames sent, until the process has them
+        self._settings_ids = itertools.count(1)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._writer = channel.FrameWriter(transport)  # type: ignore[arg-type]
         if self.dataplane.trace_armed:
-            self.send_trace_armed(True)
+            self._write(channel.encode(channel.TRACE_ARMED, 0, (True,)))
 
     def data_received(self, data: bytes) -> None:
         for kind, frame_id, meta, payload in self._reader.feed(data):
@@ -74,8 +75,8 @@ class _Endpoint(asyncio.Protocol):
                 trace = self.traces.pop(frame_id, None)
                 if trace is not None:
                     trace.frontend_done(meta)
-            elif kind == channel.LOG_APPLIED:
-                applied = self.log_applied.pop(frame_id, None)
+            elif kind == channel.SETTINGS_APPLIED:
+                applied = self.applied.pop(frame_id, None)
                 if applied is not None and not applied.done():
                     applied.set_result(None)
             elif kind == channel.STARTED and not self.started.done():
@@ -95,10 +96,10 @@ class _Endpoint(asyncio.Protocol):
         for trace in self.traces.values():
             trace.frontend_done([])
         self.traces.clear()
-        for applied in self.log_applied.values():  # a restarted process starts with the settings in force
+        for applied in self.applied.values():  # a restarted process starts with the settings in force
             if not applied.done():
                 applied.set_result(None)
-        self.log_applied.clear()
+        self.applied.clear()
         if not self.started.done():
             self.started.set_result("the front-end process exited before it started serving")
 
@@ -106,21 +107,18 @@ class _Endpoint(asyncio.Protocol):
         if self._writer is not None and not self._writer.closed:
             self._writer.write(frame)
 
-    def send_log_settings(self, settings: LogSettings) -> asyncio.Future[None]:
-        """Have the process log as ``settings`` say from now on; the future is done once it does (or is gone)."""
+    def send_settings(self, kind: int, meta: Any) -> asyncio.Future[None]:
+        """Send a settings frame (LOG_SETTINGS or TRACE_ARMED); the future is done once the process has it in force
+        (or is gone)."""
         applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.ended:
             applied.set_result(None)
             return applied
-        frame_id = next(self._log_ids)
-        self.log_applied[frame_id] = applied
-        applied.add_done_callback(lambda _: self.log_applied.pop(frame_id, None))  # answered, or given up on
-        self._write(channel.encode(channel.LOG_SETTINGS, frame_id, settings.as_dict()))
+        frame_id = next(self._settings_ids)
+        self.applied[frame_id] = applied
+        applied.add_done_callback(lambda _: self.applied.pop(frame_id, None))  # answered, or given up on
+        self._write(channel.encode(kind, frame_id, meta))
         return applied
-
-    def send_trace_armed(self, armed: bool) -> None:
-        """Have the process note trace timestamps for its requests (or stop)."""
-        self._write(channel.encode(channel.TRACE_ARMED, 0, (armed,)))
 
     def _ask_trace_stamps(self, request_id: int, trace: Any) -> None:
         """A traced request is answered: have its front-end send its timestamps (asked before the answer
@@ -240,7 +238,7 @@ class _FrontendProcess:
         finally:
             frontend_end.close()
         if log_control.settings != log_settings:  # changed while the process started
-            self.send_log_settings(log_control.settings)
+            endpoint.send_settings(channel.LOG_SETTINGS, log_control.settings.as_dict())
         self.watcher = loop.create_task(self._watch(self.process))
         try:
             return await asyncio.wait_for(started, START_TIMEOUT_S)
@@ -261,10 +259,6 @@ class _FrontendProcess:
             log.error("front-end process %d could not be restarted: %s", self.index, error)
             await asyncio.sleep(RESTART_DELAY_S * 10)
 
-    def send_log_settings(self, settings: LogSettings) -> asyncio.Future[None] | None:
-        """Have the process log as ``settings`` say from now on; the future is done once it does."""
-        return self.endpoint.send_log_settings(settings) if self.endpoint is not None else None
-
     def signal(self, signum: int) -> None:
         if self.process is not None and self.process.returncode is None:
             try:
@@ -283,6 +277,16 @@ class _FrontendProcess:
             await self.process.wait()
 
 
+async def _all_applied(applied: list[asyncio.Future[None]]) -> None:
+    """Wait until every process has a settings frame in force, at most SETTINGS_WAIT_S: one that does not say so by
+    then is stuck or restarting, and a restarted one starts with the settings in force."""
+    try:
+        await asyncio.wait(applied, timeout=SETTINGS_WAIT_S)
+    finally:
+        for waiting in applied:  # not waited for any longer (late, or the update was cancelled): nothing keeps it
+            waiting.cancel()
+
+
 class FrontendPool:
     """``count`` front-end processes accepting on the server's ports, forwarding to ``dataplane``.
 
@@ -298,14 +302,17 @@ class FrontendPool:
         dataplane.log_control.subscribe(self._send_log_settings)
         dataplane.tracer.subscribe(self._send_trace_armed)
 
-    def _send_log_settings(self, settings: LogSettings) -> Awaitable[Any] | None:
-        applied = [future for process in self.processes if (future := process.send_log_settings(settings)) is not None]
-        return asyncio.gather(*applied) if applied else None
+    def _send_log_settings(self, settings: LogSettings) -> Awaitable[None] | None:
+        return self._send_settings(channel.LOG_SETTINGS, settings.as_dict())
 
-    def _send_trace_armed(self, armed: bool) -> None:
-        for process in self.processes:
-            if process.endpoint is not None:
-                process.endpoint.send_trace_armed(armed)
+    def _send_trace_armed(self, armed: bool) -> Awaitable[None] | None:
+        return self._send_settings(channel.TRACE_ARMED, (armed,))
+
+    def _send_settings(self, kind: int, meta: Any) -> Awaitable[None] | None:
+        """Send a settings frame to every process now; what it returns waits until each has it in force."""
+        applied = [process.endpoint.send_settings(kind, meta) for process in self.processes
+                   if process.endpoint is not None]
+        return _all_applied(applied) if applied else None
 
     async def start(self) -> None:
         self._check_ports_free()

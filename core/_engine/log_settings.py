@@ -1,7 +1,6 @@
 """Triton's logging extension: the log settings, how a change to them is checked, and Triton's log lines."""
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -156,9 +155,6 @@ def apply_log_settings(settings: LogSettings) -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-APPLY_WAIT_S = 5.0  # how long an update waits for the front-end processes to have it
-
-
 class LogControl:
     """The model owner's log settings: ``update`` checks a change, applies it to this process and hands the
     new settings to each subscriber (the front-end processes), so that every process logs alike."""
@@ -173,15 +169,11 @@ class LogControl:
 
     async def update(self, changes: Mapping[str, Any]) -> LogSettings:
         """Make ``changes`` (all or, on a ServerError, none of them) and return the settings now in force, once
-        every subscriber has them (a front-end process that does not say so within APPLY_WAIT_S is not waited
-        for: it is stuck or restarting, and a restarted one starts with the settings in force)."""
+        every subscriber says it has them (the front-end processes: see FrontendPool)."""
         settings = self.settings.updated(changes)
         apply_log_settings(settings)
         self.settings = settings
-        applied = [asyncio.ensure_future(done) for subscriber in self._subscribers
-                   if (done := subscriber(settings)) is not None]
-        if applied:
-            _, late = await asyncio.wait(applied, timeout=APPLY_WAIT_S)
-            for waiting in late:  # not waited for any longer: nothing keeps it
-                waiting.cancel()
+        for applied in [subscriber(settings) for subscriber in self._subscribers]:
+            if applied is not None:
+                await applied
         return settings

@@ -21,7 +21,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ServerError
@@ -320,7 +320,7 @@ class Tracer:
         self._global = TraceSetting(start, frozenset(), self.mode, self.file)
         self._models: dict[str, TraceSetting] = {}
         self._ids = itertools.count(1)
-        self._subscribers: list[Callable[[bool], None]] = []
+        self._subscribers: list[Callable[[bool], Awaitable[None] | None]] = []
         self.armed = bool(start.level)
 
     # ---- the trace extension ----------------------------------------------------------------
@@ -340,9 +340,10 @@ class Tracer:
                 found.setdefault(key, []).append(value)
         return found
 
-    def update(self, model: str, update: SettingUpdate) -> None:
+    async def update(self, model: str, update: SettingUpdate) -> None:
         """Apply a client's change to ``model``'s setting, or to the global one (and to every model
-        setting that mirrors some global field). Raises ServerError for a setting that cannot trace."""
+        setting that mirrors some global field); return once every subscriber says it knows whether tracing
+        is armed. Raises ServerError for a setting that cannot trace."""
         self._update_one(model, update)
         if not model:  # a model setting mirrors at least the global file, so each is made anew
             for name in list(self._models):
@@ -350,8 +351,9 @@ class Tracer:
         armed = any(setting.level for setting in (self._global, *self._models.values()))
         if armed != self.armed:
             self.armed = armed
-            for subscriber in self._subscribers:
-                subscriber(armed)
+            for applied in [subscriber(armed) for subscriber in self._subscribers]:
+                if applied is not None:
+                    await applied
 
     def _update_one(self, model: str, update: SettingUpdate) -> None:
         current = self._models.get(model) if model else self._global
@@ -373,8 +375,8 @@ class Tracer:
         if current is not None:
             current.retire()
 
-    def subscribe(self, subscriber: Callable[[bool], None]) -> None:
-        """Call ``subscriber(armed)`` whenever ``armed`` changes."""
+    def subscribe(self, subscriber: Callable[[bool], Awaitable[None] | None]) -> None:
+        """Call ``subscriber(armed)`` whenever ``armed`` changes; what it returns, if anything, is awaited."""
         self._subscribers.append(subscriber)
 
     # ---- requests ---------------------------------------------------------------------------

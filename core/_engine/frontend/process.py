@@ -127,14 +127,19 @@ class RemoteDataPlane(ForwardingDataPlane):
                     future.set_exception(wire.decode_error(value))
         elif kind == channel.LOG_SETTINGS:
             apply_log_settings(LogSettings(**meta))
-            if frame_id and self._writer is not None and not self._writer.closed:
-                self._writer.write(channel.encode(channel.LOG_APPLIED, frame_id, None))
+            self._say_applied(frame_id)
         elif kind == channel.TRACED:
             request = self._requests.get(frame_id)
             if request is not None and request.trace is not None:
                 request.trace.report_to(functools.partial(self._send_trace_stamps, frame_id))
         elif kind == channel.TRACE_ARMED:
             self.trace_armed = meta[0]
+            self._say_applied(frame_id)
+
+    def _say_applied(self, frame_id: int) -> None:
+        """Tell the owner that the settings frame ``frame_id`` is in force (0: it did not ask)."""
+        if frame_id and self._writer is not None and not self._writer.closed:
+            self._writer.write(channel.encode(channel.SETTINGS_APPLIED, frame_id, None))
 
     def _send_trace_stamps(self, request_id: int, stamps: Stamps) -> None:
         if self._writer is not None and not self._writer.closed:
