@@ -51,7 +51,7 @@ def routed() -> list[str]:
 
 def running_replicas() -> int:
     states = serve.status().applications[APP].deployments[MODEL].replica_states
-    return states.get("RUNNING", 0)  # type: ignore[call-overload]
+    return sum(count for state, count in states.items() if state == "RUNNING")  # ReplicaState is a str enum
 
 
 class Load:

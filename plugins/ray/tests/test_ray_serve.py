@@ -126,7 +126,8 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 def running_replicas(deployment: str) -> int:
     """How many replicas of the deployment serve.status() reports RUNNING."""
-    return serve.status().applications[APP].deployments[deployment].replica_states.get("RUNNING", 0)
+    states = serve.status().applications[APP].deployments[deployment].replica_states
+    return sum(count for state, count in states.items() if state == "RUNNING")  # ReplicaState is a str enum
 
 
 def replica_actor_names(deployment: str) -> list[str]:
@@ -359,8 +360,9 @@ def _infer_json(inputs: list[dict[str, object]], **extra: object) -> bytes:
     return json.dumps({"id": "same", "inputs": inputs, **extra}).encode()
 
 
-ADD_SUB_JSON = [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
-                {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [2] * 16}]
+ADD_SUB_JSON: list[dict[str, object]] = [
+    {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+    {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [2] * 16}]
 BINARY_HEADER = json.dumps({
     "inputs": [{"name": name, "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
                for name in ("INPUT0", "INPUT1")],
