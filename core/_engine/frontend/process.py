@@ -42,9 +42,11 @@ class _OwnerConnection(asyncio.Protocol):
 class RemoteDataPlane(ForwardingDataPlane):
     """The data-plane seam in a front-end process: each call of ``seam.REMOTE_CALLS`` is forwarded by name to
     the model owner (a ``channel.CALL`` frame) and answered there by its DataPlane; ``submit`` sends the
-    request and delivers the responses that come back to it."""
+    request and delivers the responses that come back to it. ``lost_message`` is what its requests and calls fail
+    with (UNAVAILABLE) once the channel closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, lost_message: str = "the model owner process is gone; the server is shutting down") -> None:
+        self.lost_message = lost_message
         self.accepting = True
         self.trace_armed = False  # the owner says whether to note trace timestamps (channel.TRACE_ARMED)
         self.lost = asyncio.Event()  # the owner went away
@@ -73,7 +75,7 @@ class RemoteDataPlane(ForwardingDataPlane):
     def send_frame(self, frame: bytes) -> None:
         """Send one channel frame to the owner; ServerError (UNAVAILABLE) once the channel is closed."""
         if self._writer is None or self._writer.closed:
-            raise unavailable("the model owner process is gone; the server is shutting down")
+            raise unavailable(self.lost_message)
         self._writer.write(frame)
 
     # ---- calls ----------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ class RemoteDataPlane(ForwardingDataPlane):
             self._writer.write(channel.encode(channel.TRACE_STAMPS, request_id, stamps))
 
     def _on_disconnect(self) -> None:
-        gone = unavailable("the model owner process is gone; the server is shutting down")
+        gone = unavailable(self.lost_message)
         for request in self._requests.values():
             request.fail(gone)
         self._requests.clear()

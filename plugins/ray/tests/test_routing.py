@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_serve.plugin import InferenceRequest, ServerError, Status, Tensor, infer_one
+from triton_serve.plugin import InferenceRequest, InferenceResponse, ServerError, Status, Tensor, infer_one
 from triton_serve_ray import routing
 from triton_serve_ray.routing import ChannelDataPlane
 from triton_serve_ray.statistics import summed
@@ -27,7 +27,7 @@ from triton_serve.plugin import Server, ServerOptions, serve_channel
 
 async def main():
     server = Server(ServerOptions(model_repositories=[sys.argv[1]], model_control_mode="explicit",
-                                  load_models=["add_sub"], allow_http=False, allow_grpc=False, allow_metrics=False))
+                                  load_models=[sys.argv[2]], allow_http=False, allow_grpc=False, allow_metrics=False))
     await server.start()
     listener = await serve_channel(server.dataplane, "127.0.0.1", 0)
     print(listener.port, flush=True)
@@ -39,9 +39,10 @@ START_TIMEOUT_S = 120
 
 
 class Replica:
-    def __init__(self, repository: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", REPLICA, str(repository)], stdout=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    def __init__(self, repository: Path, model: str = "add_sub") -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", REPLICA, str(repository), model],
+                                        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        text=True)
 
     def address(self) -> str:
         line = self.process.stdout.readline()  # type: ignore[union-attr]  # bounded: the test's timeout below
@@ -193,6 +194,66 @@ def test_a_replica_killed_under_load_loses_no_request(replicas: list[tuple[Repli
             dataplane.stop()
     asyncio.run(asyncio.wait_for(run(), 180))
     assert outcomes == Counter(ok=total), outcomes
+
+
+# A decoupled model that sends one response, then waits (the test kills its replica meanwhile).
+HALTING_STREAM = {
+    "config.pbtxt": """
+name: "halting_stream"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+""",
+    "1/model.py": """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([7], np.int32))]))
+            time.sleep(120)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+""",
+}
+
+
+def test_a_stream_whose_replica_goes_away_ends_naming_it(tmp_path: Path) -> None:
+    """A stream that has had a response when its replica goes away is not sent to another replica (its client
+    has part of it): it ends UNAVAILABLE, saying that replica went away, not that the server is shutting down."""
+    for name, text in HALTING_STREAM.items():
+        (tmp_path / "halting_stream" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "halting_stream" / name).write_text(text)
+    replica = Replica(tmp_path, "halting_stream")
+
+    async def run() -> list[tuple[InferenceResponse | None, bool]]:
+        address = await asyncio.wait_for(asyncio.to_thread(replica.address), START_TIMEOUT_S)
+        dataplane = await started(["halting_stream"], {"halting_stream": [address]})
+        try:
+            request = InferenceRequest("halting_stream", inputs={
+                "IN": Tensor("IN", "INT32", (1,), np.array([1], np.int32))})
+            dataplane.submit(request)
+            stream = request.responses()
+            answers = [await asyncio.wait_for(anext(stream), 60)]
+            await asyncio.to_thread(replica.kill)
+            answers.append(await asyncio.wait_for(anext(stream), 30))
+            return answers
+        finally:
+            dataplane.stop()
+    try:
+        (first, first_final), (last, last_final) = asyncio.run(run())
+    finally:
+        replica.kill()
+    assert first is not None and first.error is None and not first_final
+    assert first.outputs[0].data.tolist() == [7]
+    assert last is not None and last_final and last.error is not None
+    assert last.error.status is Status.UNAVAILABLE
+    assert last.error.message.startswith("the replica at 127.0.0.1:") and "went away during the request" in \
+        last.error.message, last.error.message
 
 
 def duration(count: int, ns: int) -> dict[str, int]:

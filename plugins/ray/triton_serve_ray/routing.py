@@ -56,7 +56,7 @@ class Replica:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.link = RemoteDataPlane()
+        self.link = RemoteDataPlane(f"the replica at {address} went away during the request")
         self.connected = False
         self.outstanding = 0
 
