@@ -168,10 +168,17 @@ def launch(engine: str, model_dir: Path, shape: Shape, args: argparse.Namespace)
 @contextlib.contextmanager
 def served(launch_: Launch, args: argparse.Namespace, log_path: Path) -> Iterator[None]:
     """The server running, ready, until the block ends; then stopped (SIGINT) and its whole process group gone:
-    vLLM's engine core runs in a child process of its own."""
+    vLLM's engine core runs in a child process of its own.
+
+    The server gets a process group of its own but stays in this session: this kernel schedules each session as
+    one group (``/proc/sys/kernel/sched_autogroup_enabled``), and with the server in a session of its own the
+    load client on the same two cores, in another group, was at times left runnable but not run for 1.5-5 s
+    while vLLM's busy engine core and worker ran (seen with our server, which has one more busy process in its
+    group, and not with vLLM's): every request of that round then measured a TTFT of seconds. In one group,
+    every server is measured without it."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(launch_.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   process_group=0)
         try:
             wait_ready(process, launch_.ready, args.start_timeout, log_path)
             yield
