@@ -57,7 +57,7 @@ class _Endpoint(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._writer = channel.FrameWriter(transport)  # type: ignore[arg-type]
         if self.dataplane.trace_armed:
-            self._write(channel.encode(channel.TRACE_ARMED, 0, (True,)))
+            self.send_settings(channel.TRACE_ARMED, (True,))
 
     def data_received(self, data: bytes) -> None:
         for kind, frame_id, meta, payload in self._reader.feed(data):

@@ -161,9 +161,9 @@ class LogControl:
 
     def __init__(self, settings: LogSettings | None = None) -> None:
         self.settings = settings or LogSettings()
-        self._subscribers: list[Callable[[LogSettings], Awaitable[Any] | None]] = []
+        self._subscribers: list[Callable[[LogSettings], Awaitable[None] | None]] = []
 
-    def subscribe(self, subscriber: Callable[[LogSettings], Awaitable[Any] | None]) -> None:
+    def subscribe(self, subscriber: Callable[[LogSettings], Awaitable[None] | None]) -> None:
         """Call ``subscriber(settings)`` after every change; what it returns, if anything, is awaited."""
         self._subscribers.append(subscriber)
 
