@@ -44,3 +44,15 @@ def test_every_control_mode_lists_the_repositories_at_start_up(tmp_path: Path, m
     with pytest.raises(ServerError) as raised:
         asyncio.run(server.start())
     assert raised.value.message == f"cannot list model repository '{missing}': No such file or directory"
+
+
+def test_an_openai_port_without_its_plugin_stops_the_start_before_any_model_loads(tmp_path: Path) -> None:
+    model = tmp_path / "models" / "slow_to_fail"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('backend: "no_such_backend"\nmax_batch_size: 0\n')
+    finished = run_cli(f"--model-repository={tmp_path / 'models'}", "--exit-on-error=true", "--plugin=no:openai",
+                       "--openai-port=9")
+    assert finished.returncode == 1
+    assert "slow_to_fail" not in finished.stderr  # the model was never tried
+    assert finished.stderr.splitlines()[-1] == (
+        "error: --openai-port needs the OpenAI front-end plugin (pip install triton-serve-openai)")

@@ -19,7 +19,7 @@ from .frontend.http.app import DEFAULT_MAX_INPUT_SIZE
 from .log_settings import LogControl, LogSettings
 from .metrics import MetricsConfig
 from .metrics_endpoint import MetricsEndpoint
-from .frontend.openai_listener import OpenAIOptions, told_by_server
+from .frontend.openai_listener import OpenAIOptions, require_openai_plugin, told_by_server
 from .frontend.platforms.listeners import PlatformOptions
 from .pluginhost import PluginHost
 from .polling import RepositoryPoller
@@ -163,6 +163,7 @@ class Server:
     async def start(self) -> None:
         """Load the models the control mode asks for, then open the front-ends (in this process, or
         in ``frontend_processes`` processes of their own)."""
+        require_openai_plugin(self.options.openai, self.plugins.http_apps)  # before models take minutes to load
         await self._load_initial_models()
         options = self.options
         if self.metrics is not None:

@@ -14,9 +14,8 @@ from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.infer_protocol import http_protocol
 from .http.serving import GRACEFUL_TIMEOUT_S, listen_socket, serve_http
 from .header_forwarding import header_forwarder
-from ..errors import ServerError, Status
 from .http_apps import AsgiApp, HttpAppRegistry, http_apps_of
-from .openai_listener import OPENAI_PREFIX, OpenAIOptions, openai_port_app, restrict_openai
+from .openai_listener import OPENAI_PREFIX, OpenAIOptions, openai_port_app, require_openai_plugin, restrict_openai
 from .platforms.listeners import PlatformOptions, bind_platform_listeners
 from ..seam import DataPlaneAPI
 from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
@@ -149,9 +148,7 @@ class Frontends:
         if options.openai.port is None:
             return None, apps
         try:
-            if apps.get(OPENAI_PREFIX) is None:
-                raise ServerError("--openai-port needs the OpenAI front-end plugin (pip install "
-                                  "triton-serve-openai)", Status.INVALID_ARG)
+            require_openai_plugin(options.openai, apps)
             return listen_socket(options.http_address, options.openai.port,
                                  reuse_port=self.reuse_port or options.reuse_http_port, what="OpenAI"), apps
         except BaseException:

@@ -11,9 +11,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ServerError
+from ..errors import ServerError, Status
 from ..seam import DataPlaneAPI
 from .http.app import Receive, Scope, Send
+from .http_apps import HttpAppRegistry
 from .restricted import AsgiApp, Restrictions
 
 OPENAI_PREFIX = "/v1/"  # the plugin prefix --openai-port serves
@@ -109,6 +110,13 @@ def openai_options_from_args(args: argparse.Namespace) -> OpenAIOptions:
         logging.getLogger("triton_serve").info(
             "OpenAI API restrictions enabled: %s", {group: header for group, (header, _value) in restrictions.items()})
     return OpenAIOptions(port, restrictions, args.tool_call_parser, args.max_tool_call_parse_bytes)
+
+
+def require_openai_plugin(options: OpenAIOptions, apps: HttpAppRegistry) -> None:
+    """Fail when ``--openai-port`` is given and no installed plugin serves the ``/v1/`` app."""
+    if options.port is not None and apps.get(OPENAI_PREFIX) is None:
+        raise ServerError("--openai-port needs the OpenAI front-end plugin (pip install triton-serve-openai)",
+                          Status.INVALID_ARG)
 
 
 def restrict_openai(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
