@@ -123,3 +123,28 @@ def test_every_datatype_arrives_intact_whichever_way_it_travels(server: Any, siz
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for future in [pool.submit(one, seed) for seed in seeds]:
             future.result(timeout=120)
+
+
+def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_does_not(
+        kit: Any, tmp_path: Path, python_server: Any, shm_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton_serve_python.process as process
+
+    polls: list[float] = []  # each EXECUTE frame's busy-poll hint, in the order the server sent them
+    encode = process.encode
+
+    def recording_encode(kind: Any, body: Any = None) -> bytes:
+        if kind == process.Kind.EXECUTE:
+            polls.append(body[4])
+        return encode(kind, body)
+
+    monkeypatch.setattr(process, "encode", recording_encode)
+    repo = tmp_path / "models"
+    kit.write_model(repo, "slow", SLOW, SLOW_CONFIG)
+    server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix,
+                                                            "busy-poll-microseconds": "700"}})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert _slow(client, 1) == 1
+    assert polls == [700e-6]  # nothing else on its way: the server and the worker poll
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(lambda v: _slow(client, v), [2, 3])) == [2, 3]
+    assert sorted(polls[1:]) == [0.0, 700e-6]  # the second waited behind the first: no polling for it

@@ -130,6 +130,42 @@ def test_blocking_channel_reads_a_frame_split_across_sends() -> None:
         worker_end.close()
 
 
+class _RecordingSocket:
+    """A socket end whose ``recv`` calls are recorded with their flags."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.flags: list[int] = []
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        self.flags.append(flags)
+        return self._sock.recv(size, flags)
+
+
+def test_a_read_after_a_busy_poll_hint_polls_then_sleeps_and_the_hint_is_used_once() -> None:
+    server_end, worker_end = socket.socketpair()
+    recorder = _RecordingSocket(worker_end)
+    channel = BlockingChannel(recorder)  # type: ignore[arg-type]
+    try:
+        channel.poll_next_s = 0.02  # nothing comes within it: polled without sleeping, then waited for
+        threading.Timer(0.2, server_end.sendall, [encode(Kind.FINALIZE)]).start()
+        assert channel.receive() == (Kind.FINALIZE, None)
+        assert recorder.flags[0] == socket.MSG_DONTWAIT and recorder.flags[-1] == 0
+        assert channel.poll_next_s == 0.0
+        recorder.flags.clear()
+        server_end.sendall(encode(Kind.IS_READY))
+        assert channel.receive() == (Kind.IS_READY, None)
+        assert recorder.flags == [0]  # no hint: one plain read
+        channel.poll_next_s = 5.0  # the frame is there already: the first poll returns it
+        server_end.sendall(encode(Kind.FINALIZE))
+        recorder.flags.clear()
+        assert channel.receive() == (Kind.FINALIZE, None)
+        assert recorder.flags == [socket.MSG_DONTWAIT]
+    finally:
+        server_end.close()
+        worker_end.close()
+
+
 def _refuse(what: str) -> None:
     raise ServerError(f"no {what} here", Status.NOT_FOUND)
 

@@ -25,8 +25,8 @@ def _not_empty(value: str) -> None:
 
 @dataclass(frozen=True)
 class PythonBackendOptions:
-    """Triton's option names where Triton has the option; ``execute-timeout-seconds`` and
-    ``restart-on-failure`` are ours."""
+    """Triton's option names where Triton has the option; ``execute-timeout-seconds``,
+    ``restart-on-failure`` and ``busy-poll-microseconds`` are ours."""
 
     shm_default_byte_size: int = option(
         _MIB, check=_refuse(lambda size: size < _MIB, "shm-default-byte-size can't be smaller than 4 MiBs"),
@@ -43,6 +43,9 @@ class PythonBackendOptions:
     execute_timeout_seconds: float = option(0.0, minimum=0,
                                             doc="a batch running longer gets its worker killed; 0: no limit")
     restart_on_failure: bool = option(True, doc="start a new worker when one dies or is killed")
+    busy_poll_microseconds: int = option(
+        500, minimum=0, doc="a batch sent while no other is on its way: how long the server polls for its answer, "
+                            "and the worker for the next batch, before sleeping; 0: always sleep")
 
 
 @dataclass(frozen=True)

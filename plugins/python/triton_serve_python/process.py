@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,9 @@ _READ_SIZE = 64 * 1024  # bytes read from a worker's socket at a time
 # order); a larger one goes through the arenas, alone.
 INLINE_LIMIT = 64 * 1024
 _ANSWERS = frozenset({Kind.STARTED, Kind.READY, Kind.FAILED, Kind.RESULT, Kind.FINALIZED, Kind.READINESS})
+# The workers of this server process that owe an answer. A batch sent while none does is alone: nothing else
+# wants the CPUs, so the server polls for its answer and the worker for the next batch (busy-poll-microseconds).
+_OWING: set[WorkerProcess] = set()
 _MODEL_LOCATION = re.compile(r"([^\s:\]]+):(\d+)\] (.*)", re.S)  # pb_utils.Logger's "model.py:12] message"
 
 
@@ -113,6 +117,7 @@ class WorkerProcess:
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()  # kept: each asyncio.get_running_loop() costs a getpid() system call
         self._outgoing: list[bytes] = []  # frames written during this event-loop turn, sent at its end
+        self._poll_s = 0.0  # after the next flush, how long the event loop polls for the answer (a batch alone)
         self._exit_task: asyncio.Task[None] | None = None
         # The answers the worker owes, in the order it will send them (it answers in the order it was asked).
         self._replies: deque[asyncio.Future[Message]] = deque()
@@ -190,6 +195,7 @@ class WorkerProcess:
         loop = self._loop
         started: asyncio.Future[Message] = loop.create_future()
         self._replies.append(started)
+        _OWING.add(self)
         try:
             self._transport, _ = await loop.create_unix_connection(lambda: _WorkerConnection(self),
                                                                    sock=server_end)
@@ -245,6 +251,7 @@ class WorkerProcess:
                                     "final response")
         while self._replies:
             self._fail(self._replies.popleft())
+        _OWING.discard(self)
         self._wake_drained()
         if self._ready and not self._stopping:
             self._on_exit(self.exit_description)
@@ -262,6 +269,7 @@ class WorkerProcess:
             raise WorkerFailure(self.exit_description or "is not running")
         reply: asyncio.Future[Message] = self._loop.create_future()
         self._replies.append(reply)
+        _OWING.add(self)
         self._send(encode(kind, body))
         return await self._wait_reply(reply, timeout, what)
 
@@ -312,6 +320,15 @@ class WorkerProcess:
         frames, self._outgoing = self._outgoing, []
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            if self._poll_s:
+                self._loop.call_soon(self._poll, time.perf_counter() + self._poll_s)
+        self._poll_s = 0.0
+
+    def _poll(self, deadline: float) -> None:
+        """Keep the event loop turning (its waits for I/O then take no time) until the answers are in or
+        ``deadline`` passes: the answer is read as it arrives, without the wake-up of a sleeping process."""
+        if self._replies and time.perf_counter() < deadline:
+            self._loop.call_soon(self._poll, deadline)
 
     def _on_message(self, kind: Kind, body: Any) -> None:
         if kind == Kind.RESPONSE:
@@ -332,6 +349,7 @@ class WorkerProcess:
                 else:
                     reply.set_result((kind, body))
             if not self._replies:
+                _OWING.discard(self)
                 self._wake_drained()
         else:
             log.warning("unexpected %s message from the python backend worker for %s", kind.name, self.label)
@@ -435,7 +453,9 @@ class WorkerProcess:
 
     async def _execute(self, requests: Sequence[InferenceRequest], body: tuple[Any, ...]) -> list[InferenceResponse | None]:
         keys = self.open_requests.add(requests)
-        body = (body[0], body[1], keys, body[3])
+        poll_s = self.options.busy_poll_microseconds / 1e6 if not _OWING else 0.0
+        self._poll_s = max(self._poll_s, poll_s)
+        body = (body[0], body[1], keys, body[3], poll_s)
         try:
             _kind, (batch_error, responses, timing) = await self._call(
                 Kind.EXECUTE, body, self.options.execute_timeout_seconds, "execute")

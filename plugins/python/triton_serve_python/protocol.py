@@ -12,6 +12,7 @@ import marshal
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from enum import IntEnum
@@ -29,7 +30,8 @@ class Kind(IntEnum):
 
     # server -> worker
     INIT = 1  # init dict: model_file, outputs, args, content_types, input_arena, output_arena
-    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...], inputs' bytes or None)
+    EXECUTE = 2  # (new input arena name or None, [RequestTuple, ...], [request key, ...], inputs' bytes or None,
+    #              seconds to poll for the next frame after answering)
     GROWN = 3  # (new output arena name or None, error text or None)
     FINALIZE = 4  # None
     # worker -> server
@@ -117,6 +119,7 @@ class BlockingChannel:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self.poll_next_s = 0.0  # how long the next read polls the socket before it sleeps (then 0 again)
         self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the thread reading a frame
@@ -259,7 +262,7 @@ class BlockingChannel:
         ``recv`` (cheaper than a buffered reader's two reads); a frame split across reads is put together."""
         data = self._buffered
         if not data:  # the usual case: nothing left from the last read, so read without joining
-            data = self._sock.recv(_RECEIVE_SIZE)
+            data = self._recv_polling() if self.poll_next_s else self._sock.recv(_RECEIVE_SIZE)
         if len(data) < _HEADER.size:
             data = self._receive_at_least(data, _HEADER.size)
             if len(data) < _HEADER.size:
@@ -272,6 +275,18 @@ class BlockingChannel:
                 return None
         self._buffered = data[end:]
         return _KINDS[code], marshal.loads(memoryview(data)[_HEADER.size:end])
+
+    def _recv_polling(self) -> bytes:
+        """The next bytes, polled for without sleeping for up to ``poll_next_s`` (waking a sleeping process costs
+        tens of µs on a virtual machine whose idle CPUs halt), then waited for."""
+        deadline = time.perf_counter() + self.poll_next_s
+        self.poll_next_s = 0.0
+        while time.perf_counter() < deadline:
+            try:
+                return self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+        return self._sock.recv(_RECEIVE_SIZE)
 
     def _receive_at_least(self, data: bytes, size: int) -> bytes:
         """``data`` and what the socket sends next: ``size`` bytes or more, fewer if the connection ends first."""

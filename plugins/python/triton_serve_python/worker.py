@@ -93,10 +93,11 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
             return 0
         kind, body = message
         if kind == Kind.EXECUTE:
-            input_arena, requests, keys, inline = body
+            input_arena, requests, keys, inline, poll_s = body
             if input_arena is not None:
                 arenas.replace_input(input_arena)
             channel.send(run_batch(channel, runner, arenas, requests, keys, inline))
+            channel.poll_next_s = poll_s
         elif kind == Kind.FINALIZE:
             try:
                 runner.finalize()
