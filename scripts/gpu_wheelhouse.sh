@@ -22,7 +22,8 @@ PYTHON=${PYTHON:-python3}
 LIMIT_BYTES=$((64 * 1024 * 1024))  # the device tool's limit on what travels: working tree plus carried paths
 
 # Plugins whose tests need a GPU (python: it serves the example add_sub model of the CUDA shared memory test and
-# of scripts/gpu_scaling.sh, whose batched variant needs batching).
+# of scripts/gpu_scaling.sh, whose batched variant needs batching; openai: bench/run_llm.py --cuda streams through
+# --openai-port).
 PLUGINS=(onnx torch fil transformers tensorrt python batching openai)
 # What the device lacks, by name and by the ranges this project and tritonclient accept; --no-deps below, so a
 # dependency missing here makes gpu_check.sh's offline install fail (the dry run in docs/installing.md finds it).
