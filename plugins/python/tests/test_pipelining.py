@@ -4,6 +4,7 @@ either way, answers keep their requests, and statistics count the worker's own e
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,24 @@ def test_every_datatype_arrives_intact_whichever_way_it_travels(server: Any, siz
             future.result(timeout=120)
 
 
+GATED = """
+import os, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.gate = os.path.join(args["model_repository"], "gate")
+
+    def execute(self, requests):
+        open(self.gate + ".running", "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.gate + ".open") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+                for r in requests]
+"""
+
+
 def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_does_not(
         kit: Any, tmp_path: Path, python_server: Any, shm_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import triton_serve_python.process as process
@@ -139,12 +158,30 @@ def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_do
 
     monkeypatch.setattr(process, "encode", recording_encode)
     repo = tmp_path / "models"
-    kit.write_model(repo, "slow", SLOW, SLOW_CONFIG)
+    model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
+    gate = model_dir / "gate"
+    (gate.parent / "gate.open").touch()
     server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix,
                                                             "busy-poll-microseconds": "700"}})
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    assert _slow(client, 1) == 1
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], dtype=np.int32))
+    assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
     assert polls == [700e-6]  # nothing else on its way: the server and the worker poll
+
+    (gate.parent / "gate.open").unlink()
+    (gate.parent / "gate.running").unlink()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        assert list(pool.map(lambda v: _slow(client, v), [2, 3])) == [2, 3]
-    assert sorted(polls[1:]) == [0.0, 700e-6]  # the second waited behind the first: no polling for it
+        first = pool.submit(client.infer, "gated", [x])
+        for _ in range(6000):  # the first batch is in execute, held at the gate (at most 60 s)
+            if (gate.parent / "gate.running").exists():
+                break
+            time.sleep(0.01)
+        second = pool.submit(client.infer, "gated", [x])
+        for _ in range(6000):  # the second batch is on its way to the worker
+            if len(polls) == 3:
+                break
+            time.sleep(0.01)
+        (gate.parent / "gate.open").touch()
+        assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
+    assert polls[1:] == [700e-6, 0.0]  # the second went while the first was owed: no polling for it

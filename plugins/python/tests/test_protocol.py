@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 import time
 
 import numpy as np
@@ -131,14 +131,19 @@ def test_blocking_channel_reads_a_frame_split_across_sends() -> None:
 
 
 class _RecordingSocket:
-    """A socket end whose ``recv`` calls are recorded with their flags."""
+    """A socket end whose ``recv`` calls are recorded with their flags; ``before_sleeping`` runs before the first
+    call that may sleep (no MSG_DONTWAIT)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self.flags: list[int] = []
+        self.before_sleeping: Callable[[], None] | None = None
 
     def recv(self, size: int, flags: int = 0) -> bytes:
         self.flags.append(flags)
+        if not flags & socket.MSG_DONTWAIT and self.before_sleeping is not None:
+            self.before_sleeping()
+            self.before_sleeping = None
         return self._sock.recv(size, flags)
 
 
@@ -147,8 +152,8 @@ def test_a_read_after_a_busy_poll_hint_polls_then_sleeps_and_the_hint_is_used_on
     recorder = _RecordingSocket(worker_end)
     channel = BlockingChannel(recorder)  # type: ignore[arg-type]
     try:
-        channel.poll_next_s = 0.02  # nothing comes within it: polled without sleeping, then waited for
-        threading.Timer(0.2, server_end.sendall, [encode(Kind.FINALIZE)]).start()
+        channel.poll_next_s = 0.001  # nothing comes within it: polled without sleeping, then waited for
+        recorder.before_sleeping = lambda: server_end.sendall(encode(Kind.FINALIZE))
         assert channel.receive() == (Kind.FINALIZE, None)
         assert recorder.flags[0] == socket.MSG_DONTWAIT and recorder.flags[-1] == 0
         assert channel.poll_next_s == 0.0
