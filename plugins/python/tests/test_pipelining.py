@@ -4,7 +4,6 @@ either way, answers keep their requests, and statistics count the worker's own e
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +158,8 @@ def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_do
     monkeypatch.setattr(process, "encode", recording_encode)
     repo = tmp_path / "models"
     model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
-    gate = model_dir / "gate"
-    (gate.parent / "gate.open").touch()
+    opened, running = model_dir / "gate.open", model_dir / "gate.running"  # see GATED
+    opened.touch()
     server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix,
                                                             "busy-poll-microseconds": "700"}})
     client = grpcclient.InferenceServerClient(server.grpc_url)
@@ -169,19 +168,13 @@ def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_do
     assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
     assert polls == [700e-6]  # nothing else on its way: the server and the worker poll
 
-    (gate.parent / "gate.open").unlink()
-    (gate.parent / "gate.running").unlink()
+    opened.unlink()
+    running.unlink()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(client.infer, "gated", [x])
-        for _ in range(6000):  # the first batch is in execute, held at the gate (at most 60 s)
-            if (gate.parent / "gate.running").exists():
-                break
-            time.sleep(0.01)
+        kit.wait_until(running.exists, "the first batch to be held at the gate")
         second = pool.submit(client.infer, "gated", [x])
-        for _ in range(6000):  # the second batch is on its way to the worker
-            if len(polls) == 3:
-                break
-            time.sleep(0.01)
-        (gate.parent / "gate.open").touch()
+        kit.wait_until(lambda: len(polls) == 3, "the second batch to be sent")
+        opened.touch()
         assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
     assert polls[1:] == [700e-6, 0.0]  # the second went while the first was owed: no polling for it
