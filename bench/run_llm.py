@@ -222,7 +222,7 @@ def measure_engine(engine: str, model_dir: Path, shape: Shape, args: argparse.Na
 def requests_per_cell(args: argparse.Namespace, concurrency: int) -> int:
     if args.duration:
         return 0
-    return args.requests or 4 * concurrency
+    return args.requests or args.rounds * concurrency
 
 
 def generate_cells(model_dir: Path, shape: Shape, args: argparse.Namespace, device: str) -> list[Cell]:
@@ -314,7 +314,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32],
                         help="concurrent clients per cell (default: 1 8 32)")
     count = parser.add_mutually_exclusive_group()
-    count.add_argument("--requests", type=int, default=0, help="requests per cell (0: 4 x the concurrency)")
+    count.add_argument("--requests", type=int, default=0, help="requests per cell (default: --rounds x c)")
+    count.add_argument("--rounds", type=int, default=4,
+                       help="requests per cell as rounds of c (default 4): with equal lengths each round's c "
+                            "streams start and end together, so a round is one measurement of TTFT, not c")
     count.add_argument("--duration", type=float, default=0.0,
                        help="seconds per cell instead of a request count (requests in flight then are finished)")
     parser.add_argument("--max-tokens", type=int, default=256,
@@ -362,8 +365,8 @@ def parse_args() -> argparse.Namespace:
                           else getattr(base, item.name) for item in fields(Shape)})
     if args.max_tokens + len(args.prompt) + 8 > args.shape.context:
         parser.error(f"--max-tokens {args.max_tokens} and the prompt do not fit a context of {args.shape.context}")
-    if min(args.concurrency) < 1 or args.requests < 0 or args.duration < 0:
-        parser.error("concurrency must be at least 1, --requests and --duration not negative")
+    if min(args.concurrency) < 1 or args.requests < 0 or args.rounds < 1 or args.duration < 0:
+        parser.error("concurrency and --rounds must be at least 1, --requests and --duration not negative")
     args.max_num_seqs = args.max_num_seqs or max(args.concurrency)
     args.work_dir = args.work_dir.resolve()
     return args
@@ -388,7 +391,7 @@ def main() -> int:
     if args.cuda:
         cells += generate_cells(model_dir, args.shape, args, "cuda")
         reference = GENERATE
-    count = f"{args.duration:g} s" if args.duration else (f"{args.requests}" if args.requests else "4 x c")
+    count = f"{args.duration:g} s" if args.duration else (f"{args.requests}" if args.requests else f"{args.rounds} x c")
     header = (f"## LLM serving, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
               f"Model: {model_dir.name} ({fmt(parameters and parameters / 1e6)}M parameters). Streaming "
               f"/v1/completions, prompt {args.prompt!r}, max_tokens {args.max_tokens}, temperature 0, ignore_eos, "
@@ -401,6 +404,7 @@ def main() -> int:
               "cpus": os.cpu_count(), "model": {"path": str(model_dir), "parameters": parameters,
                                                 **({} if args.weights else asdict(args.shape))},
               "settings": {"engines": args.engines, "concurrency": args.concurrency, "requests": args.requests,
+                           "rounds": args.rounds,
                            "duration_s": args.duration, "max_tokens": args.max_tokens, "prompt": args.prompt,
                            "warmup_tokens": args.warmup_tokens, "max_num_seqs": args.max_num_seqs,
                            "cuda": args.cuda},
