@@ -93,11 +93,12 @@ async def one_stream(session: aiohttp.ClientSession, url: str, body: dict[str, A
     return Stream(stamps[0] - began, gaps, len(stamps))
 
 
-async def drive(base_url: str, model: str, prompt: str, max_tokens: int, concurrency: int, *, engine: str = "",
-                requests: int = 0, duration_s: float = 0.0, timeout_s: float = 600) -> Cell:
+async def run_clients(base_url: str, model: str, prompt: str, max_tokens: int, concurrency: int, *,
+                      requests: int = 0, duration_s: float = 0.0,
+                      timeout_s: float = 600) -> tuple[list[Stream], float]:
     """``concurrency`` clients each sending one request after another until ``requests`` have been sent in all,
-    or (``requests`` 0) until ``duration_s`` has passed (requests in flight then are finished and counted).
-    Tokens/s is every answered request's output tokens over the time from the first send to the last answer."""
+    or (``requests`` 0) until ``duration_s`` has passed (requests in flight then are finished and counted). Returns
+    every request's stream and the seconds from the first send to the last answer."""
     url = f"{base_url}/v1/completions"
     body = completion_body(model, prompt, max_tokens)
     streams: list[Stream] = []
@@ -114,11 +115,12 @@ async def drive(base_url: str, model: str, prompt: str, max_tokens: int, concurr
                 streams.append(await one_stream(session, url, body))
 
         await asyncio.gather(*(client() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-    return summarize(engine, concurrency, streams, elapsed)
+        return streams, time.perf_counter() - began
 
 
 def summarize(engine: str, concurrency: int, streams: list[Stream], elapsed_s: float) -> Cell:
+    """The cell's figures from its streams; tokens/s is every answered request's output tokens over ``elapsed_s``
+    (the time under load, summed over the cell's slices)."""
     good = [stream for stream in streams if not stream.error]
     cell = Cell(engine, concurrency, ok=len(good), failed=len(streams) - len(good), elapsed_s=elapsed_s)
     cell.errors = list(dict.fromkeys(stream.error for stream in streams if stream.error))[:3]

@@ -1,8 +1,9 @@
 """LLM serving side by side, in one run: vLLM's own OpenAI server, and triton-serve's OpenAI front-end over its
 `vllm` and `transformers` backends, on the same random-weight Llama under the same streaming /v1/completions
-load, one server at a time: output tokens/s, time to first token and inter-token latency (p50/p99) at each
-concurrency, with ours/vLLM ratios. With --cuda (a CUDA machine, no vLLM there): the `transformers` backend on
-the GPU beside transformers' own `generate` on the same model. See bench/README.md."""
+load, the servers running together and taking turns under it: output tokens/s, time to first token and
+inter-token latency (p50/p99) at each concurrency, with ours/vLLM ratios. With --cuda (a CUDA machine, no vLLM
+there): the `transformers` backend on the GPU beside transformers' own `generate` on the same model. See
+bench/README.md."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from typing import Any
 
 import uvloop
 
-from llm_load import Cell, drive
+from llm_load import Cell, Stream, run_clients, summarize
 from run_add_sub import LOOPBACK, RESULTS, SCRIPTS, Ports, ServerFailed, server_flags, stop, wait_ready
 
 MODEL = "llm"  # the name every server serves the model under
@@ -148,6 +149,11 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
+# vLLM's engine core and worker poll for a second after their last step (vLLM's shared-memory queue): a cell
+# starts this long after the last one ended, so that only the server under load runs during it.
+SETTLE_S = 2.0
+
+
 def launch(engine: str, model_dir: Path, shape: Shape, args: argparse.Namespace) -> Launch:
     *triton_ports, openai_port = free_ports(4)
     ports = Ports(*triton_ports)
@@ -188,35 +194,68 @@ def served(launch_: Launch, args: argparse.Namespace, log_path: Path) -> Iterato
                 os.killpg(process.pid, signal.SIGKILL)  # children left behind by a server that exited on SIGINT
 
 
-def measure_engine(engine: str, model_dir: Path, shape: Shape, args: argparse.Namespace, stem: str,
-                   runner: asyncio.Runner) -> tuple[list[Cell], dict[str, Any]]:
-    """Start ``engine``'s server, run every concurrency against it, stop it."""
-    uptime, load = load_line()
-    print(f"\n{engine}: {uptime}", flush=True)
-    if load[0] >= 0.5 * (os.cpu_count() or 1):
-        print(f"  warning: load {load[0]:.2f} on {os.cpu_count()} CPUs before the start: figures will be noisy",
-              flush=True)
-    launch_ = launch(engine, model_dir, shape, args)
-    log_path = RESULTS / f"{stem}-{engine}.log"
-    print(f"  {' '.join(launch_.command)}\n  log: {log_path}", flush=True)
-    cells: list[Cell] = []
-    started = time.monotonic()
-    try:
-        with served(launch_, args, log_path):
-            print(f"  ready after {time.monotonic() - started:.0f} s", flush=True)
-            for concurrency in args.concurrency:
-                if args.warmup_tokens:
-                    runner.run(drive(launch_.base_url, MODEL, args.prompt, args.warmup_tokens, concurrency,
-                                     requests=concurrency, timeout_s=args.request_timeout))
-                cell = runner.run(drive(launch_.base_url, MODEL, args.prompt, args.max_tokens, concurrency,
-                                        engine=engine, requests=requests_per_cell(args, concurrency),
-                                        duration_s=args.duration, timeout_s=args.request_timeout))
-                print(f"  c={concurrency}: {progress_line(cell)}", flush=True)
-                cells.append(cell)
-    except ServerFailed as error:
-        print(f"  {engine} failed: {error}", file=sys.stderr, flush=True)
-        cells = [Cell(engine, c, errors=[f"server {error}"]) for c in args.concurrency]
-    return cells, {"uptime": uptime, "load": list(load)}
+def start_servers(model_dir: Path, shape: Shape, args: argparse.Namespace, stem: str,
+                  stack: contextlib.ExitStack) -> dict[str, Launch | str]:
+    """Every engine's server, started one after another (each ready before the next starts) and kept running
+    until ``stack`` closes; for a server that did not start, why."""
+    servers: dict[str, Launch | str] = {}
+    for engine in args.engines:
+        launch_ = launch(engine, model_dir, shape, args)
+        log_path = RESULTS / f"{stem}-{engine}.log"
+        print(f"\n{engine}: {' '.join(launch_.command)}\n  log: {log_path}", flush=True)
+        started = time.monotonic()
+        try:
+            stack.enter_context(served(launch_, args, log_path))
+        except ServerFailed as error:
+            print(f"  {engine} failed: {error}", file=sys.stderr, flush=True)
+            servers[engine] = f"server {error}"
+            continue
+        print(f"  ready after {time.monotonic() - started:.0f} s", flush=True)
+        servers[engine] = launch_
+    return servers
+
+
+def measure_level(servers: dict[str, Launch | str], concurrency: int, args: argparse.Namespace,
+                  runner: asyncio.Runner) -> list[Cell]:
+    """Every server's cell at ``concurrency``, in slices: the cell's requests (or seconds) are split into
+    ``--slices`` parts, run server after server, in ``--engines`` order and then backwards (A B C C B A A B C ...),
+    so that the machine's drift over the minutes a level takes falls on every server alike. Each slice starts
+    ``SETTLE_S`` after the last one ended; before the first, one unmeasured request per client warms each server."""
+    running = {engine: server for engine, server in servers.items() if isinstance(server, Launch)}
+    if args.warmup_tokens:
+        for launch_ in running.values():
+            runner.run(run_clients(launch_.base_url, MODEL, args.prompt, args.warmup_tokens, concurrency,
+                                   requests=concurrency, timeout_s=args.request_timeout))
+    streams: dict[str, list[Stream]] = {engine: [] for engine in running}
+    elapsed_s = dict.fromkeys(running, 0.0)
+    for index, (requests, duration_s) in enumerate(slice_loads(args, concurrency)):
+        for engine in list(running) if index % 2 == 0 else list(reversed(running)):
+            time.sleep(SETTLE_S)
+            got, seconds = runner.run(run_clients(running[engine].base_url, MODEL, args.prompt, args.max_tokens,
+                                                  concurrency, requests=requests, duration_s=duration_s,
+                                                  timeout_s=args.request_timeout))
+            streams[engine] += got
+            elapsed_s[engine] += seconds
+    cells = []
+    for engine, server in servers.items():
+        if isinstance(server, str):
+            cells.append(Cell(engine, concurrency, errors=[server]))
+            continue
+        cells.append(summarize(engine, concurrency, streams[engine], elapsed_s[engine]))
+        print(f"  {engine}: {progress_line(cells[-1])}", flush=True)
+    return cells
+
+
+def slice_loads(args: argparse.Namespace, concurrency: int) -> list[tuple[int, float]]:
+    """Each slice's (requests, seconds) at ``concurrency``: whole rounds of c where the cell is rounds, else as
+    even a split as the count allows; a cell of fewer requests than slices has fewer slices."""
+    if args.duration:
+        return [(0, args.duration / args.slices)] * args.slices
+    total = requests_per_cell(args, concurrency)
+    unit = concurrency if total % concurrency == 0 else 1
+    parts = min(args.slices, total // unit)
+    base, extra = divmod(total // unit, parts)
+    return [((base + (index < extra)) * unit, 0.0) for index in range(parts)]
 
 
 def requests_per_cell(args: argparse.Namespace, concurrency: int) -> int:
@@ -320,6 +359,8 @@ def parse_args() -> argparse.Namespace:
                             "streams start and end together, so a round is one measurement of TTFT, not c")
     count.add_argument("--duration", type=float, default=0.0,
                        help="seconds per cell instead of a request count (requests in flight then are finished)")
+    parser.add_argument("--slices", type=int, default=4,
+                        help="parts each cell is run in, the servers taking turns (default 4)")
     parser.add_argument("--max-tokens", type=int, default=256,
                         help="output tokens per request (ignore_eos; default 256)")
     parser.add_argument("--prompt", default="Hello there, how are", help="default: %(default)r")
@@ -365,8 +406,10 @@ def parse_args() -> argparse.Namespace:
                           else getattr(base, item.name) for item in fields(Shape)})
     if args.max_tokens + len(args.prompt) + 8 > args.shape.context:
         parser.error(f"--max-tokens {args.max_tokens} and the prompt do not fit a context of {args.shape.context}")
-    if min(args.concurrency) < 1 or args.requests < 0 or args.rounds < 1 or args.duration < 0:
-        parser.error("concurrency and --rounds must be at least 1, --requests and --duration not negative")
+    if min(args.concurrency) < 1 or args.requests < 0 or args.rounds < 1 or args.slices < 1 \
+            or args.duration < 0:
+        parser.error("concurrency, --rounds and --slices must be at least 1, --requests and --duration not "
+                     "negative")
     args.max_num_seqs = args.max_num_seqs or max(args.concurrency)
     args.work_dir = args.work_dir.resolve()
     return args
@@ -381,12 +424,20 @@ def main() -> int:
     model_dir = args.weights.resolve() if args.weights else make_model(args.shape, args.work_dir / "models")
     parameters = model_parameters(model_dir)
     print(f"model: {model_dir} ({fmt(parameters and parameters / 1e6)}M parameters)", flush=True)
+    uptime, load = load_line()
+    print(uptime, flush=True)
+    if load[0] >= 0.5 * (os.cpu_count() or 1):
+        print(f"warning: load {load[0]:.2f} on {os.cpu_count()} CPUs before the start: figures will be noisy",
+              flush=True)
     cells: list[Cell] = []
-    loads: dict[str, dict[str, Any]] = {}
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        for engine in args.engines:
-            engine_cells, loads[engine] = measure_engine(engine, model_dir, args.shape, args, stem, runner)
-            cells += engine_cells
+    loads: dict[str, dict[str, Any]] = {"start": {"uptime": uptime, "load": list(load)}}
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner, contextlib.ExitStack() as stack:
+        servers = start_servers(model_dir, args.shape, args, stem, stack)
+        for concurrency in args.concurrency:
+            uptime, level_load = load_line()
+            print(f"\nc={concurrency}: {uptime}", flush=True)
+            loads[f"c={concurrency}"] = {"uptime": uptime, "load": list(level_load)}
+            cells += measure_level(servers, concurrency, args, runner)
     reference = "vllm-server"
     if args.cuda:
         cells += generate_cells(model_dir, args.shape, args, "cuda")
@@ -395,16 +446,15 @@ def main() -> int:
     header = (f"## LLM serving, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
               f"Model: {model_dir.name} ({fmt(parameters and parameters / 1e6)}M parameters). Streaming "
               f"/v1/completions, prompt {args.prompt!r}, max_tokens {args.max_tokens}, temperature 0, ignore_eos, "
-              f"{count} requests per cell; servers one after another; load before each: "
-              + "; ".join(f"{engine} {' '.join(f'{v:.2f}' for v in value['load'])}"
-                          for engine, value in loads.items()))
+              f"{count} requests per cell in {args.slices} slices, the servers taking turns; "
+              f"load before the start {' '.join(f'{value:.2f}' for value in load)}")
     table = markdown(cells, reference, header)
     compared = comparisons(cells, reference)
     record = {"bench": "run_llm", "started": started.isoformat(timespec="seconds"), "machine": platform.platform(),
               "cpus": os.cpu_count(), "model": {"path": str(model_dir), "parameters": parameters,
                                                 **({} if args.weights else asdict(args.shape))},
               "settings": {"engines": args.engines, "concurrency": args.concurrency, "requests": args.requests,
-                           "rounds": args.rounds,
+                           "rounds": args.rounds, "slices": args.slices,
                            "duration_s": args.duration, "max_tokens": args.max_tokens, "prompt": args.prompt,
                            "warmup_tokens": args.warmup_tokens, "max_num_seqs": args.max_num_seqs,
                            "cuda": args.cuda},

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 
@@ -26,6 +27,14 @@ def _load_module() -> ModuleType:
 
 llm_load = _load_module()
 TEXT_CHUNKS = 5
+
+
+async def _cell(url: str, model: str, concurrency: int, *, engine: str = "", requests: int = 0,
+                duration_s: float = 0.0) -> Any:
+    """One cell as run_llm makes it: the clients' streams, summarized."""
+    streams, elapsed_s = await llm_load.run_clients(url, model, "Hello", 7, concurrency, requests=requests,
+                                                    duration_s=duration_s)
+    return llm_load.summarize(engine, concurrency, streams, elapsed_s)
 
 
 class FakeServer:
@@ -87,7 +96,7 @@ def _with_server(wave: int, scenario: Callable[[str, FakeServer], Awaitable[Any]
 
 def test_counts_usage_tokens_and_keeps_to_the_concurrency() -> None:
     async def scenario(url: str, _: FakeServer) -> Any:
-        return await llm_load.drive(url, "usage", "Hello", 7, 3, engine="fake", requests=7)
+        return await _cell(url, "usage", 3, engine="fake", requests=7)
 
     cell, fake = _with_server(3, scenario)
     assert (cell.engine, cell.concurrency, cell.ok, cell.failed, cell.errors) == ("fake", 3, 7, 0, [])
@@ -101,11 +110,11 @@ def test_counts_usage_tokens_and_keeps_to_the_concurrency() -> None:
 
 def test_counts_chunks_with_text_without_usage_and_reports_failures() -> None:
     async def scenario(url: str, _: FakeServer) -> Any:
-        chunks = await llm_load.drive(url, "chunks", "Hello", 7, 2, requests=4)
+        chunks = await _cell(url, "chunks", 2, requests=4)
         async with aiohttp.ClientSession() as session:
             one = await llm_load.one_stream(session, f"{url}/v1/completions", llm_load.completion_body("chunks", "", 1))
-        broken = await llm_load.drive(url, "broken", "Hello", 7, 1, requests=2)
-        refused = await llm_load.drive(url, "refuse", "Hello", 7, 1, requests=1)
+        broken = await _cell(url, "broken", 1, requests=2)
+        refused = await _cell(url, "refuse", 1, requests=1)
         return chunks, one, broken, refused
 
     (chunks, one, broken, refused), _ = _with_server(2, scenario)
@@ -118,7 +127,7 @@ def test_counts_chunks_with_text_without_usage_and_reports_failures() -> None:
 
 def test_a_duration_cell_answers_every_request_it_sent() -> None:
     async def scenario(url: str, _: FakeServer) -> Any:
-        return await llm_load.drive(url, "usage", "Hello", 7, 2, duration_s=0.2)
+        return await _cell(url, "usage", 2, duration_s=0.2)
 
     cell, fake = _with_server(1, scenario)
     assert cell.failed == 0 and cell.ok == len(fake.bodies)
@@ -135,3 +144,19 @@ def test_statistics() -> None:
     assert cell.token_count == "mixed"
     assert abs(cell.ttft_p50_ms - 20.0) < 1e-9 and abs(cell.itl_p50_ms - 2.0) < 1e-9
     assert abs(cell.ttft_p99_ms - 29.8) < 1e-9 and abs(cell.itl_p99_ms - 2.98) < 1e-9
+
+
+def test_run_llm_splits_a_cell_into_slices_of_whole_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "bench"))
+    import run_llm
+
+    def slices(concurrency: int, *arguments: str) -> list[tuple[int, float]]:
+        monkeypatch.setattr(sys, "argv", ["run_llm.py", *arguments])
+        return run_llm.slice_loads(run_llm.parse_args(), concurrency)
+
+    assert slices(8, "--rounds", "16") == [(32, 0.0)] * 4
+    assert slices(8, "--rounds", "6") == [(16, 0.0), (16, 0.0), (8, 0.0), (8, 0.0)]
+    assert slices(32, "--rounds", "2") == [(32, 0.0), (32, 0.0)]  # fewer rounds than slices: a slice each
+    assert slices(8, "--requests", "10", "--slices", "3") == [(4, 0.0), (3, 0.0), (3, 0.0)]  # not whole rounds
+    assert slices(1, "--duration", "60", "--slices", "3") == [(0, 20.0)] * 3
+    assert sum(requests for requests, _ in slices(32, "--rounds", "5", "--slices", "4")) == 5 * 32
