@@ -354,8 +354,8 @@ def parse_args() -> argparse.Namespace:
                         help="concurrent clients per cell (default: 1 8 32)")
     count = parser.add_mutually_exclusive_group()
     count.add_argument("--requests", type=int, default=0, help="requests per cell (default: --rounds x c)")
-    count.add_argument("--rounds", type=int, default=4,
-                       help="requests per cell as rounds of c (default 4): with equal lengths each round's c "
+    count.add_argument("--rounds", type=int, default=16,
+                       help="requests per cell as rounds of c (default 16): with equal lengths each round's c "
                             "streams start and end together, so a round is one measurement of TTFT, not c")
     count.add_argument("--duration", type=float, default=0.0,
                        help="seconds per cell instead of a request count (requests in flight then are finished)")
@@ -442,7 +442,8 @@ def main() -> int:
     if args.cuda:
         cells += generate_cells(model_dir, args.shape, args, "cuda")
         reference = GENERATE
-    count = f"{args.duration:g} s" if args.duration else (f"{args.requests}" if args.requests else f"{args.rounds} x c")
+    count = (f"{args.duration:g} s" if args.duration
+             else f"{args.requests}" if args.requests else f"{args.rounds} x c")
     header = (f"## LLM serving, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
               f"Model: {model_dir.name} ({fmt(parameters and parameters / 1e6)}M parameters). Streaming "
               f"/v1/completions, prompt {args.prompt!r}, max_tokens {args.max_tokens}, temperature 0, ignore_eos, "
