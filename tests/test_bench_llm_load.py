@@ -1,5 +1,6 @@
 """bench/llm_load.py, the load generator of bench/run_llm.py, against a fake Server-Sent Events server: what it
-sends, how it counts tokens (usage when the stream gives it, else chunks), failures, concurrency, statistics."""
+sends, how it counts tokens (usage when the stream gives it, else chunks), failures, concurrency, statistics; and
+how run_llm splits a cell into the slices the servers take turns at."""
 from __future__ import annotations
 
 import asyncio
