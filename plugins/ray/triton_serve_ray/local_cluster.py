@@ -20,7 +20,7 @@ STARTED = "Ray runtime started"  # what `ray start` prints once its node runs
 STOP_TIMEOUT_S = 30.0  # how long a node gets to stop its processes after SIGTERM before they are killed
 POLL_S = 0.2
 PR_SET_PDEATHSIG = 1  # prctl's option: the signal a process gets when its parent exits
-OUTPUT_LINES = 20  # of a node's output, in the error when it fails to start
+OUTPUT_LINES = 20  # of a node's output and of the GCS log, in the error when a node fails to start
 # No usage report; no token authentication between the nodes (all on loopback): with a token in ~/.ray and no
 # RAY_AUTH_MODE, `ray start --head` would require one, and `ray start --address` would not send it. No drain on
 # SIGTERM (up to 30 s by default, for a node leaving a cluster that stays): the whole cluster stops.
@@ -55,6 +55,10 @@ def _signal(pid: int, number: signal.Signals) -> None:
         os.kill(pid, number)
     except ProcessLookupError:  # exited meanwhile
         pass
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.strip().splitlines()[-OUTPUT_LINES:])
 
 
 def free_port() -> int:
@@ -123,9 +127,13 @@ class LocalCluster:
             else:
                 time.sleep(POLL_S)
                 continue
-            last = "\n".join(output.strip().splitlines()[-OUTPUT_LINES:])
             name = "head" if number == 0 else f"node {number} ({self.nodes[number].ip or 'this machine'})"
-            raise ClusterFailed(f"the Ray {name} {why}; the end of its output:\n{last}")
+            message = f"the Ray {name} {why}; the end of its output:\n{_tail(output)}"
+            gcs_log = self.temp_dir / "session_latest" / "logs" / "gcs_server.out"
+            if gcs_log.is_file():  # the head's GCS, which every node joins through
+                gcs_output = gcs_log.read_text(errors="replace")
+                message += f"\nthe end of the head's GCS log ({gcs_log.name}):\n{_tail(gcs_output)}"
+            raise ClusterFailed(message)
 
     def freeze_node(self, number: int) -> None:
         """Stop every process of node ``number`` (not the head) where it stands (SIGSTOP), as a machine that stops
