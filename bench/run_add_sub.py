@@ -172,12 +172,11 @@ def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: ar
     timeout = 2 * args.max_trials * args.measurement_interval / 1000 + 30
     result = Result(server, args.variant, protocol, concurrency, "error")
     output = ""
-    for attempt in range(1, args.attempts + 1):
+    for _ in range(args.attempts):
         csv_path.unlink(missing_ok=True)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            result.detail = f"perf_analyzer ran past {timeout:.0f} s in {attempt} attempt(s)"
             continue
         if done.returncode == 0:
             result.status = "ok"
@@ -188,7 +187,8 @@ def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: ar
             lines = output.strip().splitlines()
             result.detail = f"perf_analyzer exited {done.returncode}: {lines[-1] if lines else ''}"
             return result
-    if not output:  # every attempt ran past its time
+    if not output:
+        result.detail = f"perf_analyzer ran past {timeout:.0f} s in each of {args.attempts} attempt(s)"
         return result
     passes = [float(v) for v in re.findall(r"Pass \[\d+\] throughput: ([\d.]+)", output)]
     result.status = "unstable"
