@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import numpy as np
@@ -15,9 +17,15 @@ from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 # Made once: json.loads and json.dumps build a decoder or an encoder on every call.
 _decode_json = json.JSONDecoder().decode
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
+
 _STRING, _BOOLEAN, _NUMBER = {str}, {bool}, {int, float}  # the Python types of valid JSON elements, by datatype
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")
+
+
+def _json_string(text: str) -> bytes:
+    """``text`` as a JSON string, as ``_encode_json`` writes it (ASCII, escaped)."""
+    return encode_basestring_ascii(text).encode()
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
@@ -89,8 +97,76 @@ def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
     return tuple(raw)
 
 
+@dataclass(frozen=True, slots=True)
+class _InputPlan:
+    """One input as its JSON header describes it, checked: binary (``size`` bytes follow), in shared memory
+    (``region``: its region, offset and byte size) or JSON (``array``)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    size: int = 0
+    region: Parameters | None = None
+    array: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _HeaderPlan:
+    """A request's JSON header, checked: everything but the binary blobs that follow it."""
+
+    id: str
+    parameters: Parameters
+    inputs: tuple[_InputPlan, ...]
+    outputs: tuple[tuple[str, Parameters], ...]
+    cacheable: bool  # no JSON tensor data: clients send the same header again and again
+
+
+# Checked headers by their bytes: a client sends the same header for every request of one shape, so the JSON is
+# parsed once. Bounded in entries and in header size; emptied when full.
+_PLANS: dict[bytes, _HeaderPlan] = {}
+_PLANS_MAX, _PLAN_HEADER_MAX = 256, 4096
+
+
 def parse_request(header: bytes, binary: memoryview, model_name: str, version: int | None) -> InferenceRequest:
     """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
+    plan = _PLANS.get(header)
+    if plan is None:
+        plan = _plan_header(header, model_name)
+        if plan.cacheable and len(header) <= _PLAN_HEADER_MAX:
+            if len(_PLANS) >= _PLANS_MAX:
+                _PLANS.clear()
+            _PLANS[header] = plan
+    inputs: dict[str, Tensor] = {}
+    offset = 0
+    for spec in plan.inputs:
+        if spec.array is not None:
+            inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, spec.array)
+        elif spec.region is not None:  # the data plane reads it from the region
+            inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, no_data(spec.datatype), dict(spec.region))
+        else:
+            inputs[spec.name] = _binary_input(spec, binary[offset:], model_name)
+            offset += spec.size
+    if offset != len(binary):
+        raise ServerError(f"unexpected additional input data for model '{model_name}'")
+    return InferenceRequest(model_name, version, id=plan.id, inputs=inputs,
+                            outputs=[RequestedOutput(name, dict(params)) for name, params in plan.outputs],
+                            parameters=dict(plan.parameters))
+
+
+def _binary_input(spec: _InputPlan, binary: memoryview, model_name: str) -> Tensor:
+    size = spec.size
+    if size > len(binary):
+        raise ServerError(f"unexpected size for input '{spec.name}', expecting {size - len(binary)} additional "
+                          f"bytes for model '{model_name}'")
+    try:
+        return Tensor.from_wire(spec.name, spec.datatype, spec.shape, binary[:size])
+    except StringCountError as error:
+        raise ServerError(error.message(spec.name, model_name)) from None
+    except ValueError as error:
+        raise ServerError(f"invalid binary data for input '{spec.name}' for model '{model_name}': {error}") from None
+
+
+def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     try:
         doc = _decode_json(header.decode("utf-8", "surrogatepass")) if header else {}  # as json.loads decodes
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -110,16 +186,14 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
         raise ServerError("request 'id' must be a string")
-    inputs: dict[str, Tensor] = {}
-    offset = 0
+    inputs: list[_InputPlan] = []
+    names: set[str] = set()
     for raw in raw_inputs:
-        tensor, used = _parse_input(raw, binary[offset:], model_name)
-        if tensor.name in inputs:
-            raise ServerError(f"input '{tensor.name}' is specified more than once for model '{model_name}'")
-        inputs[tensor.name] = tensor
-        offset += used
-    if offset != len(binary):
-        raise ServerError(f"unexpected additional input data for model '{model_name}'")
+        spec = _plan_input(raw, model_name)
+        if spec.name in names:
+            raise ServerError(f"input '{spec.name}' is specified more than once for model '{model_name}'")
+        names.add(spec.name)
+        inputs.append(spec)
     outputs = []
     for raw in doc.get("outputs") or []:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
@@ -131,10 +205,9 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
             if out_params.get("binary_data") is True:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
             out_params.update(_shared_memory_parameters(out_params, raw["name"]))
-        outputs.append(RequestedOutput(raw["name"], out_params))
-    request = InferenceRequest(model_name, version, id=request_id, inputs=inputs, outputs=outputs,
-                               parameters=params)
-    return request
+        outputs.append((raw["name"], out_params))
+    return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs),
+                       cacheable=all(spec.array is None for spec in inputs))
 
 
 def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
@@ -155,7 +228,7 @@ def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters
     return found
 
 
-def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor, int]:
+def _plan_input(raw: Any, model_name: str) -> _InputPlan:
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         raise ServerError("each input must be an object with a string 'name'")
     name = raw["name"]
@@ -167,26 +240,17 @@ def _parse_input(raw: Any, binary: memoryview, model_name: str) -> tuple[Tensor,
     given = ("data" in raw) + ("binary_data_size" in params) + (REGION in params)
     if given != 1:
         raise ServerError(f"{_ONE_OF} {given} were set for input '{name}'")
-    if REGION in params:  # the data plane reads it from the region
-        return Tensor(name, datatype, shape, no_data(datatype), _shared_memory_parameters(params, name)), 0
+    if REGION in params:
+        return _InputPlan(name, datatype, shape, region=_shared_memory_parameters(params, name))
     if "data" in raw:
-        return Tensor(name, datatype, shape, _json_array(name, datatype, shape, raw["data"], model_name)), 0
+        return _InputPlan(name, datatype, shape, array=_json_array(name, datatype, shape, raw["data"], model_name))
     size = params["binary_data_size"]
     if not isinstance(size, int) or size < 0:
         raise ServerError(f"binary_data_size of input '{name}' must be a non-negative integer")
-    if size > len(binary):
-        raise ServerError(f"unexpected size for input '{name}', expecting {size - len(binary)} additional "
-                          f"bytes for model '{model_name}'")
-    dt = BY_NAME[datatype]
-    if datatype != "BYTES" and size != element_count(shape) * dt.itemsize:
+    if datatype != "BYTES" and size != element_count(shape) * BY_NAME[datatype].itemsize:
         raise ServerError(f"input byte size mismatch for input '{name}' for model '{model_name}'. "
-                          f"Expected {element_count(shape) * dt.itemsize}, got {size}")
-    try:
-        return Tensor.from_wire(name, datatype, shape, binary[:size]), size
-    except StringCountError as error:
-        raise ServerError(error.message(name, model_name)) from None
-    except ValueError as error:
-        raise ServerError(f"invalid binary data for input '{name}' for model '{model_name}': {error}") from None
+                          f"Expected {element_count(shape) * BY_NAME[datatype].itemsize}, got {size}")
+    return _InputPlan(name, datatype, shape, size=size)
 
 
 def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version: int | None) -> InferenceRequest:
@@ -223,33 +287,35 @@ def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version:
 
 def encode_response(response: InferenceResponse, request: InferenceRequest,
                     model_name: str) -> tuple[bytes, int | None]:
-    """The response body and, when it carries binary blobs, the JSON header's length."""
+    """The response body and, when it carries binary blobs, the JSON header's length. The header is written
+    field by field (json.dumps of the whole document takes twice as long); values that are not names or
+    numbers go through the JSON encoder."""
     binary_default = request.parameters.get("binary_data_output", False) is True
-    outputs_json: list[dict[str, Any]] = []
+    header = [b'{"model_name":', _json_string(model_name), b',"model_version":',
+              _json_string(str(request.model_version))]
+    if request.id:
+        header += (b',"id":', _json_string(request.id))
+    if response.parameters:
+        header += (b',"parameters":', _encode_json(response.parameters).encode())
+    header.append(b',"outputs":[')
     blobs: list[bytes | bytearray | memoryview] = []
-    for tensor in response.outputs:
+    for index, tensor in enumerate(response.outputs):
         params = tensor.parameters
-        binary = params.get("binary_data", binary_default) is True
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        outputs_json.append(entry)
+        header += (b'{"name":' if index == 0 else b',{"name":', _json_string(tensor.name), b',"datatype":',
+                   _json_string(tensor.datatype), b',"shape":[%s]' % ",".join(map(str, tensor.shape)).encode())
         if REGION in params:  # written into shared memory: Triton sends only name, datatype and shape
-            continue
-        if binary:
+            header.append(b"}")
+        elif params.get("binary_data", binary_default) is True:
             blob = tensor.wire_bytes()
-            entry["parameters"] = {"binary_data_size": len(blob)}
+            header.append(b',"parameters":{"binary_data_size":%d}}' % len(blob))
             blobs.append(blob)
         else:
-            entry["data"] = _json_data(tensor)
-    doc: dict[str, Any] = {"model_name": model_name, "model_version": str(request.model_version)}
-    if request.id:
-        doc["id"] = request.id
-    if response.parameters:
-        doc["parameters"] = response.parameters
-    doc["outputs"] = outputs_json
-    header = _encode_json(doc).encode()
+            header += (b',"data":', _encode_json(_json_data(tensor)).encode(), b"}")
+    header.append(b"]}")
+    head = b"".join(header)
     if not any(blobs):
-        return header, None
-    return header + b"".join(blobs), len(header)
+        return head, None
+    return head + b"".join(blobs), len(head)
 
 
 def _json_data(tensor: Tensor) -> list[Any]:

@@ -1,0 +1,85 @@
+"""The HTTP body codec: a JSON header parsed once serves every request that repeats it, each with its own
+objects, and the response header it writes by hand reads as the JSON encoder would write it."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from triton_serve._engine.frontend.http import codec
+from triton_serve._engine.frontend.http.codec import encode_response, parse_request
+from triton_serve._engine.inference import InferenceResponse, Tensor
+from triton_serve.plugin import ServerError
+
+HEADER = json.dumps({
+    "id": "r", "parameters": {"p": 1},
+    "inputs": [{"name": "A", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}},
+               {"name": "S", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 7}}],
+    "outputs": [{"name": "OUT", "parameters": {"binary_data": True}}],
+}).encode()
+
+
+def _blobs(a: int, b: int, text: bytes) -> memoryview:
+    return memoryview(struct.pack("<ii", a, b) + struct.pack("<I", len(text)) + text)
+
+
+def test_a_repeated_header_gives_each_request_its_own_tensors_and_dicts() -> None:
+    first = parse_request(HEADER, _blobs(1, 2, b"abc"), "m", None)
+    second = parse_request(HEADER, _blobs(3, 4, b"xyz"), "m", 2)
+    assert HEADER in codec._PLANS
+    assert first.inputs["A"].data.tolist() == [1, 2] and second.inputs["A"].data.tolist() == [3, 4]
+    assert second.inputs["S"].data.tolist() == [b"xyz"] and second.model_version == 2
+    assert (second.id, second.parameters, second.outputs[0].parameters) == ("r", {"p": 1}, {"binary_data": True})
+    first.parameters["forwarded"] = "x"  # what header forwarding does to a request
+    first.outputs[0].parameters["classification"] = 2
+    third = parse_request(HEADER, _blobs(5, 6, b"abc"), "m", None)
+    assert third.parameters == {"p": 1} and third.outputs[0].parameters == {"binary_data": True}
+
+
+def test_the_blobs_of_a_repeated_header_are_checked_every_time() -> None:
+    parse_request(HEADER, _blobs(1, 2, b"abc"), "m", None)
+    with pytest.raises(ServerError, match="unexpected size for input 'S', expecting 2 additional bytes for model 'm'"):
+        parse_request(HEADER, _blobs(1, 2, b"abc")[:-2], "m", None)
+    with pytest.raises(ServerError, match="unexpected additional input data for model 'n'"):
+        parse_request(HEADER, memoryview(bytes(_blobs(1, 2, b"abc")) + b"!"), "n", None)
+    with pytest.raises(ServerError, match="'S'"):  # the BYTES element's length prefix says more than there is
+        parse_request(HEADER, memoryview(struct.pack("<iiI", 1, 2, 9) + b"abc"), "m", None)
+
+
+def test_headers_with_json_data_are_not_kept_and_the_kept_ones_are_bounded() -> None:
+    codec._PLANS.clear()
+    header = json.dumps({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [7]}]}).encode()
+    assert parse_request(header, memoryview(b""), "m", None).inputs["A"].data.tolist() == [7]
+    assert header not in codec._PLANS
+    for n in range(codec._PLANS_MAX + 5):
+        parse_request(json.dumps({"id": str(n), "inputs": []}).encode(), memoryview(b""), "m", None)
+        assert 0 < len(codec._PLANS) <= codec._PLANS_MAX
+
+
+def _as_the_encoder_writes_it(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def test_the_response_header_is_what_the_json_encoder_writes() -> None:
+    request = parse_request(HEADER, _blobs(1, 2, b"abc"), "m", None)
+    request.model_version, request.id = 3, 'q"\u00e9'
+    binary = Tensor.from_wire("OUT", "INT32", (1, 2), struct.pack("<ii", 3, 4), {"binary_data": True})
+    as_json = Tensor("J", "FP32", (2,), np.array([1.5, -2], dtype=np.float32))
+    text = Tensor("T", "BYTES", (1,), np.array([b"h\xc3\xa9"], dtype=np.object_))
+    in_region = Tensor("R", "INT8", (0, 4), np.zeros((0, 4), np.int8), {"shared_memory_region": "r"})
+    response = InferenceResponse([binary, as_json, text, in_region], {"n": 1, "s": "\u00e9"})
+    body, length = encode_response(response, request, "model \u00e9")
+    assert length is not None and body[length:] == struct.pack("<ii", 3, 4)
+    assert body[:length] == _as_the_encoder_writes_it({
+        "model_name": "model \u00e9", "model_version": "3", "id": 'q"\u00e9', "parameters": {"n": 1, "s": "\u00e9"},
+        "outputs": [
+            {"name": "OUT", "datatype": "INT32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+            {"name": "J", "datatype": "FP32", "shape": [2], "data": [1.5, -2.0]},
+            {"name": "T", "datatype": "BYTES", "shape": [1], "data": ["h\u00e9"]},
+            {"name": "R", "datatype": "INT8", "shape": [0, 4]}]})
+    request.id = ""
+    body, length = encode_response(InferenceResponse([]), request, "m")
+    assert length is None and body == _as_the_encoder_writes_it({"model_name": "m", "model_version": "3",
+                                                                 "outputs": []})
