@@ -171,6 +171,41 @@ def test_a_read_after_a_busy_poll_hint_polls_then_sleeps_and_the_hint_is_used_on
         worker_end.close()
 
 
+def test_hinted_reads_stop_polling_while_batches_come_later_than_the_poll_and_start_again_when_they_come_sooner(
+) -> None:
+    """Where the next batch keeps coming after the poll's time (a server busy with other work), polling would only
+    take a CPU from it: hinted reads then sleep at once, until batches come within the poll's time again."""
+    server_end, worker_end = socket.socketpair()
+    recorder = _RecordingSocket(worker_end)
+    channel = BlockingChannel(recorder)  # type: ignore[arg-type]
+
+    def send_late() -> None:
+        time.sleep(0.02)  # far past the 1 ms poll
+        server_end.sendall(encode(Kind.IS_READY))
+
+    try:
+        channel.poll_next_s = 0.001
+        recorder.before_sleeping = send_late
+        assert channel.receive() == (Kind.IS_READY, None)
+        assert recorder.flags[0] == socket.MSG_DONTWAIT  # no history yet: polled, then slept
+        recorder.flags.clear()
+        channel.poll_next_s = 0.001
+        recorder.before_sleeping = send_late
+        assert channel.receive() == (Kind.IS_READY, None)
+        assert recorder.flags == [0]  # the last batch came 20 ms after the poll began: straight to sleep
+        for sooner in range(1, 41):  # batches waiting when asked for: the average wait falls below 1 ms
+            recorder.flags.clear()
+            server_end.sendall(encode(Kind.IS_READY))
+            channel.poll_next_s = 0.001
+            assert channel.receive() == (Kind.IS_READY, None)
+            if recorder.flags == [socket.MSG_DONTWAIT]:
+                break
+        assert 1 < sooner < 40, "polling never came back"
+    finally:
+        server_end.close()
+        worker_end.close()
+
+
 def _refuse(what: str) -> None:
     raise ServerError(f"no {what} here", Status.NOT_FOUND)
 

@@ -120,6 +120,7 @@ class BlockingChannel:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self.poll_next_s = 0.0  # how long the next read polls the socket before it sleeps (then 0 again)
+        self.batch_gap_s = 0.0  # how long the reads after the last polled-for ones waited, averaged (_recv_polling)
         self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the thread reading a frame
@@ -278,15 +279,23 @@ class BlockingChannel:
 
     def _recv_polling(self) -> bytes:
         """The next bytes, polled for without sleeping for up to ``poll_next_s`` (waking a sleeping process costs
-        tens of µs on a virtual machine whose idle CPUs halt), then waited for."""
-        deadline = time.perf_counter() + self.poll_next_s
-        self.poll_next_s = 0.0
-        while time.perf_counter() < deadline:
-            try:
-                return self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                continue
-        return self._sock.recv(_RECEIVE_SIZE)
+        tens of µs on a virtual machine whose idle CPUs halt), then waited for. Polled for only while they have
+        been coming within that time (``batch_gap_s``, a moving average of the waits): where they come later, the
+        server is busy with other work, and polling would take a CPU it needs."""
+        start = time.perf_counter()
+        window, self.poll_next_s = self.poll_next_s, 0.0
+        data = None
+        if self.batch_gap_s < window:
+            deadline = start + window
+            while data is None and time.perf_counter() < deadline:
+                try:
+                    data = self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+        if data is None:
+            data = self._sock.recv(_RECEIVE_SIZE)
+        self.batch_gap_s += (time.perf_counter() - start - self.batch_gap_s) / 8
+        return data
 
     def _receive_at_least(self, data: bytes, size: int) -> bytes:
         """``data`` and what the socket sends next: ``size`` bytes or more, fewer if the connection ends first."""
