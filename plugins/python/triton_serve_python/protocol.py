@@ -280,8 +280,9 @@ class BlockingChannel:
     def _recv_polling(self) -> bytes:
         """The next bytes, polled for without sleeping for up to ``poll_next_s`` (waking a sleeping process costs
         tens of µs on a virtual machine whose idle CPUs halt), then waited for. Polled for only while they have
-        been coming within that time (``batch_gap_s``, a moving average of the waits): where they come later, the
-        server is busy with other work, and polling would take a CPU it needs."""
+        been coming within that time (``batch_gap_s``, a moving average of the waits, each counted as at most twice
+        that time): where they keep coming later, the server is busy with other work, and polling would take a
+        CPU it needs."""
         start = time.perf_counter()
         window, self.poll_next_s = self.poll_next_s, 0.0
         data = None
@@ -294,7 +295,8 @@ class BlockingChannel:
                     continue
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
-        self.batch_gap_s += (time.perf_counter() - start - self.batch_gap_s) / 8
+        waited = min(time.perf_counter() - start, 2 * window)  # one stall moves the average by a quarter window
+        self.batch_gap_s += (waited - self.batch_gap_s) / 8
         return data
 
     def _receive_at_least(self, data: bytes, size: int) -> bytes:
