@@ -178,3 +178,42 @@ def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_do
         opened.touch()
         assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
     assert polls[1:] == [700e-6, 0.0]  # the second went while the first was owed: no polling for it
+
+
+def test_a_batch_for_a_worker_that_owes_nothing_leaves_at_once_and_one_behind_another_at_the_end_of_the_turn(
+        kit: Any, tmp_path: Path, python_server: Any, shm_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone batch is written inside ``_send``, before the event loop turns (a dynamic batcher's next batch
+    then reaches the worker while the last batch's responses are written); a batch sent while another is owed
+    waits for the end of the turn, to leave in one write with whatever else that turn sends."""
+    import triton_serve_python.process as process
+
+    at_once: list[bool] = []  # for each EXECUTE frame: written before _send returned
+    send = process.WorkerProcess._send
+
+    def recording_send(self: Any, frame: bytes) -> None:
+        send(self, frame)
+        if process.FrameDecoder().feed(frame)[0][0] == process.Kind.EXECUTE:
+            at_once.append(not any(queued is frame for queued in self._outgoing))
+
+    monkeypatch.setattr(process.WorkerProcess, "_send", recording_send)
+    repo = tmp_path / "models"
+    model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
+    opened, running = model_dir / "gate.open", model_dir / "gate.running"  # see GATED
+    opened.touch()
+    server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix}})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], dtype=np.int32))
+    assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
+    assert at_once == [True]
+
+    opened.unlink()
+    running.unlink()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.infer, "gated", [x])
+        kit.wait_until(running.exists, "the first batch to be held at the gate")
+        second = pool.submit(client.infer, "gated", [x])
+        kit.wait_until(lambda: len(at_once) == 3, "the second batch to be sent")
+        opened.touch()
+        assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
+    assert at_once[1:] == [True, False]

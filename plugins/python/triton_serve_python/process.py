@@ -311,10 +311,15 @@ class WorkerProcess:
 
     def _send(self, frame: bytes) -> None:
         """Queue ``frame`` for the worker: the frames of one event-loop turn (the requests of several connections
-        that arrived together) leave in one write, which wakes the worker once."""
-        if not self._outgoing:
-            self._loop.call_soon(self._flush)
+        that arrived together) leave in one write, which wakes the worker once. What the worker waits for while
+        it owes one answer at most (a dynamic batcher's next batch, sent as the last one's responses are handed
+        out; the answer to a call of a lone batch) leaves at once: the worker runs while this turn goes on."""
         self._outgoing.append(frame)
+        if len(self._outgoing) == 1:
+            if len(self._replies) == 1:
+                self._flush()
+            else:
+                self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         frames, self._outgoing = self._outgoing, []
