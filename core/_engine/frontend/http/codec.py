@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -97,8 +96,7 @@ def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
     return tuple(raw)
 
 
-@dataclass(frozen=True, slots=True)
-class _InputPlan:
+class _InputPlan(NamedTuple):
     """One input as its JSON header describes it, checked: binary (``size`` bytes follow), in shared memory
     (``region``: its region, offset and byte size) or JSON (``array``)."""
 
@@ -110,8 +108,7 @@ class _InputPlan:
     array: np.ndarray | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _HeaderPlan:
+class _HeaderPlan(NamedTuple):
     """A request's JSON header, checked: everything but the binary blobs that follow it."""
 
     id: str
@@ -207,7 +204,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
             out_params.update(_shared_memory_parameters(out_params, raw["name"]))
         outputs.append((raw["name"], out_params))
     return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs),
-                       cacheable=all(spec.array is None for spec in inputs))
+                       all(spec.array is None for spec in inputs))
 
 
 def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
