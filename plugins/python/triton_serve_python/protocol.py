@@ -120,7 +120,7 @@ class BlockingChannel:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self.poll_next_s = 0.0  # how long the next read polls the socket before it sleeps (then 0 again)
-        self.batch_gap_s = 0.0  # how long the reads after the last polled-for ones waited, averaged (_recv_polling)
+        self._batch_gap_s = 0.0  # how long the reads after the last polled-for ones waited, averaged (_recv_polling)
         self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the thread reading a frame
@@ -280,13 +280,13 @@ class BlockingChannel:
     def _recv_polling(self) -> bytes:
         """The next bytes, polled for without sleeping for up to ``poll_next_s`` (waking a sleeping process costs
         tens of µs on a virtual machine whose idle CPUs halt), then waited for. Polled for only while they have
-        been coming within that time (``batch_gap_s``, a moving average of the waits, each counted as at most twice
+        been coming within that time (``_batch_gap_s``, a moving average of the waits, each counted as at most twice
         that time): where they keep coming later, the server is busy with other work, and polling would take a
         CPU it needs."""
         start = time.perf_counter()
         window, self.poll_next_s = self.poll_next_s, 0.0
         data = None
-        if self.batch_gap_s < window:
+        if self._batch_gap_s < window:
             deadline = start + window
             while data is None and time.perf_counter() < deadline:
                 try:
@@ -296,7 +296,7 @@ class BlockingChannel:
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
         waited = min(time.perf_counter() - start, 2 * window)  # one stall moves the average by a quarter window
-        self.batch_gap_s += (waited - self.batch_gap_s) / 8
+        self._batch_gap_s += (waited - self._batch_gap_s) / 8
         return data
 
     def _receive_at_least(self, data: bytes, size: int) -> bytes:
