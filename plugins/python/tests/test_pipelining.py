@@ -143,6 +143,32 @@ class TritonPythonModel:
 """
 
 
+def _one_batch_then_two_overlapping(kit: Any, tmp_path: Path, python_server: Any, options: dict[str, str],
+                                    executes: list[Any]) -> None:
+    """Serve the gated model; send one batch alone, then a second while the first is held at the gate.
+    ``executes`` is filled by the test with one entry per EXECUTE frame the server sends."""
+    repo = tmp_path / "models"
+    model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
+    opened, running = model_dir / "gate.open", model_dir / "gate.running"  # see GATED
+    opened.touch()
+    server = python_server(repo, backend_config={"python": options})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    x = grpcclient.InferInput("X", [1], "INT32")
+    x.set_data_from_numpy(np.array([1], dtype=np.int32))
+    assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
+    assert len(executes) == 1
+
+    opened.unlink()
+    running.unlink()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.infer, "gated", [x])
+        kit.wait_until(running.exists, "the first batch to be held at the gate")
+        second = pool.submit(client.infer, "gated", [x])
+        kit.wait_until(lambda: len(executes) == 3, "the second batch to be sent")
+        opened.touch()
+        assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
+
+
 def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_does_not(
         kit: Any, tmp_path: Path, python_server: Any, shm_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import triton_serve_python.process as process
@@ -156,27 +182,9 @@ def test_a_batch_sent_alone_asks_for_busy_polling_and_one_sent_behind_another_do
         return encode(kind, body)
 
     monkeypatch.setattr(process, "encode", recording_encode)
-    repo = tmp_path / "models"
-    model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
-    opened, running = model_dir / "gate.open", model_dir / "gate.running"  # see GATED
-    opened.touch()
-    server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix,
-                                                            "busy-poll-microseconds": "700"}})
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    x = grpcclient.InferInput("X", [1], "INT32")
-    x.set_data_from_numpy(np.array([1], dtype=np.int32))
-    assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
-    assert polls == [700e-6]  # nothing else on its way: the server and the worker poll
-
-    opened.unlink()
-    running.unlink()
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        first = pool.submit(client.infer, "gated", [x])
-        kit.wait_until(running.exists, "the first batch to be held at the gate")
-        second = pool.submit(client.infer, "gated", [x])
-        kit.wait_until(lambda: len(polls) == 3, "the second batch to be sent")
-        opened.touch()
-        assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
+    _one_batch_then_two_overlapping(kit, tmp_path, python_server, {"shm-region-prefix-name": shm_prefix,
+                                                                   "busy-poll-microseconds": "700"}, polls)
+    assert polls[0] == 700e-6  # nothing else on its way: the server and the worker poll
     assert polls[1:] == [700e-6, 0.0]  # the second went while the first was owed: no polling for it
 
 
@@ -196,24 +204,5 @@ def test_a_batch_for_a_worker_that_owes_nothing_leaves_at_once_and_one_behind_an
             at_once.append(not any(queued is frame for queued in self._outgoing))
 
     monkeypatch.setattr(process.WorkerProcess, "_send", recording_send)
-    repo = tmp_path / "models"
-    model_dir = kit.write_model(repo, "gated", GATED, SLOW_CONFIG)
-    opened, running = model_dir / "gate.open", model_dir / "gate.running"  # see GATED
-    opened.touch()
-    server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix}})
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    x = grpcclient.InferInput("X", [1], "INT32")
-    x.set_data_from_numpy(np.array([1], dtype=np.int32))
-    assert int(client.infer("gated", [x]).as_numpy("Y")[0]) == 1
-    assert at_once == [True]
-
-    opened.unlink()
-    running.unlink()
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        first = pool.submit(client.infer, "gated", [x])
-        kit.wait_until(running.exists, "the first batch to be held at the gate")
-        second = pool.submit(client.infer, "gated", [x])
-        kit.wait_until(lambda: len(at_once) == 3, "the second batch to be sent")
-        opened.touch()
-        assert [int(f.result(timeout=60).as_numpy("Y")[0]) for f in (first, second)] == [1, 1]
-    assert at_once[1:] == [True, False]
+    _one_batch_then_two_overlapping(kit, tmp_path, python_server, {"shm-region-prefix-name": shm_prefix}, at_once)
+    assert at_once == [True, True, False]
