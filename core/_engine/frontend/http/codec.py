@@ -115,11 +115,10 @@ class _HeaderPlan(NamedTuple):
     parameters: Parameters
     inputs: tuple[_InputPlan, ...]
     outputs: tuple[tuple[str, Parameters], ...]
-    cacheable: bool  # no JSON tensor data: clients send the same header again and again
 
 
 # Checked headers by their bytes: a client sends the same header for every request of one shape, so the JSON is
-# parsed once. Bounded in entries and in header size; emptied when full.
+# parsed once. Bounded in entries and in header size; emptied when full. A header with JSON tensor data is not kept.
 _PLANS: dict[bytes, _HeaderPlan] = {}
 _PLANS_MAX, _PLAN_HEADER_MAX = 256, 4096
 
@@ -129,7 +128,7 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
     plan = _PLANS.get(header)
     if plan is None:
         plan = _plan_header(header, model_name)
-        if plan.cacheable and len(header) <= _PLAN_HEADER_MAX:
+        if len(header) <= _PLAN_HEADER_MAX and all(spec.array is None for spec in plan.inputs):
             if len(_PLANS) >= _PLANS_MAX:
                 _PLANS.clear()
             _PLANS[header] = plan
@@ -203,8 +202,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
             out_params.update(_shared_memory_parameters(out_params, raw["name"]))
         outputs.append((raw["name"], out_params))
-    return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs),
-                       all(spec.array is None for spec in inputs))
+    return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs))
 
 
 def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
