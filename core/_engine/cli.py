@@ -9,6 +9,7 @@ import signal
 import sys
 from collections.abc import Callable
 
+from .frontend.busy_poll import DEFAULT_MICROSECONDS
 from .errors import ServerError, Status
 from .frontend_pool import default_process_count
 from .frontend.frontends import run_on_fast_loop
@@ -93,6 +94,7 @@ def _whole_number(low: int, high: int | None, message: str) -> Callable[[str], i
 
 _frontend_count = _whole_number(0, None, "expected a number of processes (0 or more), got '{text}'")
 _poll_secs = _whole_number(0, None, "expected a number of seconds (0 or more), got '{text}'")
+_microseconds = _whole_number(0, 1_000_000, "expected a number of microseconds from 0 to 1000000, got '{text}'")
 
 
 def _rate_limit_resource(value: str) -> tuple[tuple[str, int | None], int]:
@@ -240,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
              "the models; 0 serves both protocols in that process (default: one per core on 4 cores or more, "
              f"else 0; here {default_process_count()})")
     own("--http-max-input-size", type=int, default=1 << 26)
+    own("--busy-poll-microseconds", type=_microseconds, default=DEFAULT_MICROSECONDS,
+        help="after answering a request, how long the process that answered keeps polling for the client's next "
+             "one instead of sleeping (0: never; the python backend's workers have a setting of their own)")
     own("--plugin", dest="plugins", action="append", default=[], help="'no:NAME' blocks plugin NAME (repeatable)")
     return parser
 
@@ -371,6 +376,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_repositories=args.model_repositories,
         http_address=args.http_address, http_port=args.http_port, allow_http=args.allow_http,
         http_server=args.http_server, frontend_processes=args.frontend_processes,
+        busy_poll_microseconds=args.busy_poll_microseconds,
         grpc_address=args.grpc_address, grpc_port=args.grpc_port, allow_grpc=args.allow_grpc,
         grpc_options=_grpc_options(args),
         metrics_address=args.metrics_address, metrics_port=args.metrics_port, allow_metrics=args.allow_metrics,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .frontend.busy_poll import DEFAULT_MICROSECONDS
 from .caching import ResponseCache
 from .dataplane import DataPlane
 from .errors import ServerError, Status
@@ -81,6 +82,7 @@ class ServerOptions:
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
     server_id: str = "triton"  # --id: the server metadata's name
     exit_timeout_secs: int = 30  # how long a graceful stop waits for in-flight requests
+    busy_poll_microseconds: int = DEFAULT_MICROSECONDS  # how long a loop polls after an answer (busy_poll.py)
     reuse_http_port: bool = False
     reuse_grpc_port: bool = False
     # --http-restricted-api / --grpc-restricted-protocol: category -> (header, value); see docs/access-control.md
@@ -103,6 +105,7 @@ class ServerOptions:
             http_server=self.http_server, http_max_input_size=self.http_max_input_size,
             grpc_address=self.grpc_address, grpc_port=self.grpc_port, allow_grpc=self.allow_grpc,
             grpc_options=self.grpc_options, exit_timeout_secs=self.exit_timeout_secs,
+            busy_poll_microseconds=self.busy_poll_microseconds,
             reuse_http_port=self.reuse_http_port, reuse_grpc_port=self.reuse_grpc_port,
             http_restricted_api=self.http_restricted_api, grpc_restricted_protocol=self.grpc_restricted_protocol,
             http_header_forward_pattern=self.http_header_forward_pattern,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from collections.abc import Coroutine
 from typing import Any
 
+from .busy_poll import DEFAULT_MICROSECONDS, BusyPoll
 from .grpc.server import GrpcFrontend, GrpcOptions
 from .http.app import DEFAULT_MAX_INPUT_SIZE, HttpFrontend
 from .http.infer_protocol import http_protocol
@@ -42,6 +43,7 @@ class FrontendOptions:
     grpc_restricted_protocol: Restrictions = field(default_factory=dict)
     grpc_header_forward_pattern: str | None = None
     exit_timeout_secs: float = GRACEFUL_TIMEOUT_S  # how long a graceful stop waits for in-flight requests
+    busy_poll_microseconds: int = DEFAULT_MICROSECONDS  # --busy-poll-microseconds (busy_poll.py)
     http_app_plugins: list[str] = field(default_factory=list)  # installed plugins serving more HTTP paths
     platforms: PlatformOptions = field(default_factory=PlatformOptions)  # the SageMaker and Vertex AI listeners
     openai: OpenAIOptions = field(default_factory=OpenAIOptions)  # --openai-port, --openai-restricted-api
@@ -87,6 +89,7 @@ class Frontends:
     async def start(self) -> None:
         """Bind the ports and begin serving; raise ServerError (a taken port, a bad setting) before serving."""
         options = self.options
+        busy_poll = BusyPoll(asyncio.get_running_loop(), options.busy_poll_microseconds)
         http_forwarder = header_forwarder(options.http_header_forward_pattern, "--http-header-forward-pattern")
         grpc_forwarder = header_forwarder(options.grpc_header_forward_pattern, "--grpc-header-forward-pattern")
         # the SageMaker and Vertex AI listeners first: their settings may fail the start before anything serves
@@ -107,7 +110,7 @@ class Frontends:
             grpc_frontend = GrpcFrontend(self.api, options.grpc_address, options.grpc_port, options.grpc_options,
                                          reuse_port=self.reuse_port or options.reuse_grpc_port,
                                          interceptors=grpc_interceptors(options.grpc_restricted_protocol),
-                                         header_forwarder=grpc_forwarder)
+                                         header_forwarder=grpc_forwarder, busy_poll=busy_poll)
             try:
                 await grpc_frontend.start()
             except BaseException:
@@ -133,7 +136,7 @@ class Frontends:
             http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder,
                                          mounts=mounts)
             app = restrict_http(http_frontend.app(), options.http_restricted_api)
-            protocol = http_protocol(http_frontend, options.http_restricted_api)
+            protocol = http_protocol(http_frontend, options.http_restricted_api, busy_poll)
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server, self._stopping,
                                                               options.exit_timeout_secs, protocol=protocol)))
 

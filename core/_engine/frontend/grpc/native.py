@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from google.protobuf.message_factory import GetMessageClass
 
+from ..busy_poll import BusyPoll
 from ...errors import unavailable
 from ...protos import grpc_service_pb2, health_pb2
 from ..restricted import GrpcRestrictionInterceptor
@@ -414,6 +415,7 @@ class Call(h2.Stream):
         connection.send(self, head, body, tail, end_code is not None)
         if end_code is not None:
             self.context._finish()
+            self._answered()
 
     def end(self, code: grpc.StatusCode, details: str) -> None:
         """Trailers (trailers-only when nothing was sent) with ``code``; the call is over."""
@@ -427,6 +429,11 @@ class Call(h2.Stream):
         self.connection.send(self, b"", b"", _headers_frame(self.stream_id, block, True,
                                                              self.connection.peer_max_frame), True)
         self.context._finish()
+        self._answered()
+
+    def _answered(self) -> None:
+        if self.server.busy_poll is not None:
+            self.server.busy_poll.answered()
 
     def fail(self, code: grpc.StatusCode, details: str) -> None:
         """End the call from the transport's side: cancel its handler, send the status."""
@@ -454,7 +461,7 @@ class NativeServer:
     def __init__(self, methods: dict[str, _Method], max_message_size: int, compression_level: str,
                  interceptors: Sequence[Any], keepalive_time_ms: int, keepalive_timeout_ms: int,
                  max_connection_age_ms: int | None, max_connection_age_grace_ms: int | None,
-                 ping_policy: h2.PingPolicy = h2.PingPolicy()) -> None:
+                 ping_policy: h2.PingPolicy = h2.PingPolicy(), busy_poll: BusyPoll | None = None) -> None:
         self.methods = methods
         self.max_message_size = max_message_size
         self.compress_level = _ZLIB_LEVELS.get(compression_level, 0)
@@ -466,6 +473,7 @@ class NativeServer:
         self.max_age = None if max_connection_age_ms is None else max_connection_age_ms / 1000
         self.max_age_grace = None if max_connection_age_grace_ms is None else max_connection_age_grace_ms / 1000
         self.ping_policy = ping_policy
+        self.busy_poll = busy_poll  # started by every call's end
         self.connections: set[h2.H2Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.AbstractServer | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from ..busy_poll import BusyPoll
 from ...seam import DataPlaneAPI
 from ...errors import ServerError, unavailable
 from ..header_forwarding import HeaderForwarder
@@ -120,7 +121,7 @@ class GrpcFrontend:
 
     def __init__(self, dataplane: DataPlaneAPI, address: str, port: int, options: GrpcOptions, *,
                  reuse_port: bool = False, interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                 header_forwarder: HeaderForwarder | None = None) -> None:
+                 header_forwarder: HeaderForwarder | None = None, busy_poll: BusyPoll | None = None) -> None:
         if options.infer_response_compression_level not in COMPRESSION_LEVELS:
             raise ServerError(f"invalid --grpc-infer-response-compression-level "
                               f"'{options.infer_response_compression_level}'; use none, low, medium or high")
@@ -131,6 +132,7 @@ class GrpcFrontend:
         self.reuse_port = reuse_port
         self.interceptors = interceptors
         self.header_forwarder = header_forwarder
+        self.busy_poll = busy_poll  # the native transport's; grpcio serves on threads of its own
         self._server: grpc.aio.Server | None = None
         self._native: NativeServer | None = None
 
@@ -173,7 +175,8 @@ class GrpcFrontend:
                               self.interceptors, options.keepalive_time, options.keepalive_timeout,
                               options.max_connection_age, options.max_connection_age_grace,
                               PingPolicy(options.http2_min_recv_ping_interval_without_data / 1000,
-                                         options.http2_max_ping_strikes, options.keepalive_permit_without_calls))
+                                         options.http2_max_ping_strikes, options.keepalive_permit_without_calls),
+                              self.busy_poll)
         try:
             await server.start(self.address, self.port, self.reuse_port, tls)
         except OSError:

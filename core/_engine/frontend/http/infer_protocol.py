@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from ..busy_poll import BusyPoll
 from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
 from ..restricted import Restrictions
@@ -37,9 +38,10 @@ _REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found
             500: b"Internal Server Error", 501: b"Not Implemented", 503: b"Service Unavailable"}
 
 
-def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> type[asyncio.Protocol]:
+def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions,
+                  busy_poll: BusyPoll | None = None) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol, writing each response in one system call, and answering ``/infer``
-    itself when ``frontend`` is given (see the module docstring)."""
+    itself when ``frontend`` is given (see the module docstring); each of those answers starts ``busy_poll``."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     restriction = restrictions.get("inference")
@@ -56,7 +58,7 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions) -> 
         def on_headers_complete(self) -> None:
             exchange = None
             if frontend is not None and (self.cycle is None or self.cycle.response_complete):
-                exchange = InferExchange.take(self, frontend, required)
+                exchange = InferExchange.take(self, frontend, required, busy_poll)
             if exchange is None:
                 previous = self.cycle
                 super().on_headers_complete()
@@ -102,13 +104,14 @@ class InferExchange:
     """One ``/infer`` request and its answer on one connection; stands where uvicorn keeps its
     RequestResponseCycle, so uvicorn's keep-alive, shutdown and pipelining logic see it."""
 
-    __slots__ = ("protocol", "frontend", "name", "version", "headers", "chunks", "size", "keep_alive",
+    __slots__ = ("protocol", "frontend", "busy_poll", "name", "version", "headers", "chunks", "size", "keep_alive",
                  "response_complete", "disconnected", "request", "answered", "waiter")
 
-    def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, name: str, version: int | None,
-                 headers: dict[str, str], keep_alive: bool) -> None:
+    def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, busy_poll: BusyPoll | None, name: str,
+                 version: int | None, headers: dict[str, str], keep_alive: bool) -> None:
         self.protocol = protocol
         self.frontend = frontend
+        self.busy_poll = busy_poll
         self.name = name
         self.version = version
         self.headers = headers
@@ -128,8 +131,8 @@ class InferExchange:
         return self
 
     @classmethod
-    def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend,
-             required: tuple[str, str] | None) -> InferExchange | None:
+    def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend, required: tuple[str, str] | None,
+             busy_poll: BusyPoll | None) -> InferExchange | None:
         """An exchange for the request whose headers were just parsed, or None to leave it to the ASGI app."""
         parser = protocol.parser
         if parser.get_method() != b"POST" or not protocol.url.endswith(b"/infer") or protocol.expect_100_continue:
@@ -155,7 +158,7 @@ class InferExchange:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive() and not (
             chunked and declared is not None)
-        return cls(protocol, frontend, match[1], int(match[2]) if match[2] else None, headers, keep_alive)
+        return cls(protocol, frontend, busy_poll, match[1], int(match[2]) if match[2] else None, headers, keep_alive)
 
     def add_body(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -238,6 +241,8 @@ class InferExchange:
         protocol.transport.write_now(b"".join(head))  # type: ignore[attr-defined]
         if not self.keep_alive:
             protocol.transport.close()
+        elif self.busy_poll is not None:
+            self.busy_poll.answered()
         protocol.on_response_complete()
 
     def set(self) -> None:

@@ -1,0 +1,110 @@
+"""Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its time after the last
+answer and then stops; every answer over HTTP and gRPC starts it, in the process that answers it (with front-end
+processes, the owner's answers to them too)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from triton_serve._engine.frontend import busy_poll
+from triton_serve._engine.frontend.busy_poll import BusyPoll
+from triton_serve._engine.cli import build_parser, options_from_args
+
+from .conftest import ADD_SUB, FRONTEND_MODES
+
+
+class _Loop:
+    """As much of an event loop as BusyPoll uses: callbacks wait in ``ready`` until the test runs them."""
+
+    def __init__(self) -> None:
+        self.ready: list[Callable[[], None]] = []
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self.ready.append(callback)
+
+    def turn(self) -> None:
+        ready, self.ready = self.ready, []
+        for callback in ready:
+            callback()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """busy_poll's clock, in seconds, set by the test."""
+    now = [100.0]
+    monkeypatch.setattr(busy_poll.time, "perf_counter", lambda: now[0])
+    return now
+
+
+def test_the_loop_turns_until_the_time_after_the_last_answer_and_then_stops(clock: list[float]) -> None:
+    loop = _Loop()
+    poll = BusyPoll(loop, 200)  # type: ignore[arg-type]
+    poll.answered()
+    for _ in range(3):
+        assert len(loop.ready) == 1  # one turn queued: the loop does not sleep
+        loop.turn()
+    clock[0] += 150e-6
+    poll.answered()  # a second answer while polling: the same chain, polling until 200 µs from now
+    assert len(loop.ready) == 1
+    clock[0] += 150e-6
+    loop.turn()
+    assert len(loop.ready) == 1  # 300 µs after the first answer, 150 after the second
+    clock[0] += 60e-6
+    loop.turn()
+    assert loop.ready == []  # past the time: the loop may sleep again
+    poll.answered()  # the next answer polls again
+    assert len(loop.ready) == 1
+
+
+def test_zero_microseconds_never_polls(clock: list[float]) -> None:
+    loop = _Loop()
+    BusyPoll(loop, 0).answered()  # type: ignore[arg-type]
+    assert loop.ready == []
+
+
+def test_the_flag_reaches_every_front_end_and_is_checked() -> None:
+    parser = build_parser()
+    assert options_from_args(parser.parse_args([])).frontend_options().busy_poll_microseconds == 200
+    options = options_from_args(parser.parse_args(["--busy-poll-microseconds=0"]))
+    assert options.frontend_options().busy_poll_microseconds == 0
+    for bad in ("-1", "1000001", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([f"--busy-poll-microseconds={bad}"])
+
+
+@pytest.fixture(params=FRONTEND_MODES, ids=["in-process", "front-end-processes"])
+def frontend_processes(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def test_every_answer_starts_polling_in_the_process_that_answers_it(
+        add_model, toy_server, monkeypatch: pytest.MonkeyPatch, frontend_processes: int) -> None:  # type: ignore[no-untyped-def]
+    """In-process front-ends poll after their HTTP and gRPC answers; with front-end processes, those poll in
+    their own processes, and the owner after each final response it sends them."""
+    answered: list[Any] = []
+    monkeypatch.setattr(BusyPoll, "answered", lambda poll: answered.append(poll))
+    add_model("add_sub", ADD_SUB)
+    server = toy_server()
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+
+    http = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    assert (http.infer("add_sub", inputs).as_numpy("OUTPUT0") == 2 * data).all()
+    assert len(answered) == 1
+
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    assert (grpc.infer("add_sub", inputs).as_numpy("OUTPUT0") == 2 * data).all()
+    assert len(answered) == 2
+    assert answered[0] is answered[1]  # one poller per process, whichever protocol answered
+    http.close()
+    grpc.close()
