@@ -208,27 +208,37 @@ def batched_repository(args: argparse.Namespace, scratch: Path) -> Path:
     return scratch
 
 
-def bench_server(server: str, args: argparse.Namespace, stem: str, repository: Path) -> list[Result]:
-    protocols = [p for p in args.protocols if server != "floor" or p in FLOOR_PROTOCOLS]
-    matrix = [(protocol, concurrency) for protocol in protocols for concurrency in args.concurrency]
-    ports = free_ports()
-    command, env = SERVERS[server](server_flags(repository, args.model, ports))
-    base = f"http://{LOOPBACK}:{ports.http}/v2"
-    urls = [f"{base}/health/ready", f"{base}/models/{args.model}/ready"]
-    log_path = RESULTS / f"{stem}-{server}-{args.variant}.log"
-    print(f"{server}: {' '.join(command)}", flush=True)
-    results: list[Result] = []
-    try:
-        with running(command, env, urls, args.start_timeout, log_path):
-            for protocol, concurrency in matrix:
-                result = measure(server, protocol, concurrency, ports, args, RESULTS / f"{stem}-last.csv")
-                print(f"  {args.variant} {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}", flush=True)
-                results.append(result)
-    except ServerFailed as error:
-        print(f"  {server} failed: {error}", file=sys.stderr)
-        results = [Result(server, args.variant, p, c, "error", detail=f"server {error}") for p, c in matrix]
+def bench_servers(servers: list[str], args: argparse.Namespace, stem: str, repository: Path) -> list[Result]:
+    """Every cell (protocol, concurrency) on each of ``servers``, started side by side and taking turns: at each
+    cell one server after the other, in ``servers`` order and backwards at the next cell, so that the machine's
+    drift over the minutes of a run falls on every server alike (an idle server costs nothing: its loops sleep)."""
+    matrix = [(protocol, concurrency) for protocol in args.protocols for concurrency in args.concurrency]
+    results: dict[str, list[Result]] = {server: [] for server in servers}
+    with contextlib.ExitStack() as stack:
+        up: dict[str, Ports] = {}
+        for server in servers:
+            ports = free_ports()
+            command, env = SERVERS[server](server_flags(repository, args.model, ports))
+            base = f"http://{LOOPBACK}:{ports.http}/v2"
+            print(f"{server}: {' '.join(command)}", flush=True)
+            try:
+                stack.enter_context(running(command, env, [f"{base}/health/ready", f"{base}/models/{args.model}/ready"],
+                                            args.start_timeout, RESULTS / f"{stem}-{server}-{args.variant}.log"))
+                up[server] = ports
+            except ServerFailed as error:
+                print(f"  {server} failed: {error}", file=sys.stderr)
+                results[server] = [Result(server, args.variant, p, c, "error", detail=f"server {error}")
+                                   for p, c in matrix]
+        for index, (protocol, concurrency) in enumerate(matrix):
+            for server in (servers if index % 2 == 0 else servers[::-1]):
+                if server not in up or (server == "floor" and protocol not in FLOOR_PROTOCOLS):
+                    continue
+                result = measure(server, protocol, concurrency, up[server], args, RESULTS / f"{stem}-last.csv")
+                print(f"  {server} {args.variant} {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}",
+                      flush=True)
+                results[server].append(result)
     (RESULTS / f"{stem}-last.csv").unlink(missing_ok=True)
-    return results
+    return [result for server in servers for result in results[server]]
 
 
 def fmt_rate(result: Result | None) -> str:
@@ -341,13 +351,14 @@ def main() -> int:
         for variant in args.variants:
             args.variant = variant
             repository = batched_repository(args, Path(scratch)) if variant == "batched" else args.model_repository
-            results += [result for server in servers if server != "floor" or variant == "plain"
-                        for result in bench_server(server, args, stem, repository)]
+            results += bench_servers([server for server in servers if server != "floor" or variant == "plain"],
+                                     args, stem, repository)
     del args.variant
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     header = (f"## {args.model}, {started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {platform.platform()}\n\n"
               f"perf_analyzer: {args.measurement_interval} ms windows, up to {args.max_trials} trials, "
-              f"{args.stability_percentage}% stability, batch 1; servers run one after the other.")
+              f"{args.stability_percentage}% stability, batch 1; the servers run side by side and take turns "
+              "at each cell.")
     table = markdown(results, servers, header)
     (RESULTS / f"{stem}.md").write_text(table)
     (RESULTS / f"{stem}.json").write_text(json.dumps(

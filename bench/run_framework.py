@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-from run_add_sub import PERF_ANALYZER, PROTOCOLS, RESULTS, Result, bench_server, fmt_latency, fmt_rate
+from run_add_sub import PERF_ANALYZER, PROTOCOLS, RESULTS, Result, bench_servers, fmt_latency, fmt_rate
 
 MAX_BATCH_SIZE = 32
 SEED = 0
@@ -208,7 +208,7 @@ def bench_framework(name: str, args: argparse.Namespace, started: datetime) -> b
         floors = framework.floors(repositories["plain"] / framework.model / "1", args.floor_seconds)
         for variant in variants:
             run = argparse.Namespace(**vars(args), model=framework.model, variant=variant)
-            results += bench_server("ours", run, stem, repositories[variant])
+            results += bench_servers(["ours"], run, stem, repositories[variant])
     header = (f"## {name}: {description}\n\n"
               f"{started:%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, load average {load:.2f} at start, "
               f"{platform.platform()}. Served by triton-serve (one CPU instance, `max_batch_size: {MAX_BATCH_SIZE}`, "
