@@ -132,7 +132,7 @@ class GrpcFrontend:
         self.reuse_port = reuse_port
         self.interceptors = interceptors
         self.header_forwarder = header_forwarder
-        self.busy_poll = busy_poll  # the native transport's; grpcio serves on threads of its own
+        self.busy_poll = busy_poll  # started by the native transport's answers (grpc.aio's are not watched)
         self._server: grpc.aio.Server | None = None
         self._native: NativeServer | None = None
 
