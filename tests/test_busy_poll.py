@@ -92,19 +92,20 @@ def test_every_answer_starts_polling_in_the_process_that_answers_it(
     server = toy_server()
     data = np.arange(16, dtype=np.int32).reshape(1, 16)
 
-    http = httpclient.InferenceServerClient(server.http_url)
-    inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(data)
-    assert (http.infer("add_sub", inputs).as_numpy("OUTPUT0") == 2 * data).all()
+    assert (_add_sub(httpclient, server.http_url, data) == 2 * data).all()
     assert len(answered) == 1
-
-    grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(data)
-    assert (grpc.infer("add_sub", inputs).as_numpy("OUTPUT0") == 2 * data).all()
+    assert (_add_sub(grpcclient, server.grpc_url, data) == 2 * data).all()
     assert len(answered) == 2
     assert answered[0] is answered[1]  # one poller per process, whichever protocol answered
-    http.close()
-    grpc.close()
+
+
+def _add_sub(client_module: Any, url: str, data: np.ndarray) -> np.ndarray:
+    """OUTPUT0 of add_sub for ``data`` as both inputs, through tritonclient's ``http`` or ``grpc`` module."""
+    client = client_module.InferenceServerClient(url)
+    inputs = [client_module.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    try:
+        return client.infer("add_sub", inputs).as_numpy("OUTPUT0")
+    finally:
+        client.close()
