@@ -1,6 +1,6 @@
 """Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its time after the last
-answer and then stops; every answer over HTTP and gRPC starts it, in the process that answers it (with front-end
-processes, the owner's answers to them too)."""
+answer and then stops; every answer over HTTP and gRPC starts it in the process that serves the client, and a
+front-end process gets the setting."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,8 +14,9 @@ import tritonclient.http as httpclient
 from triton_serve._engine.frontend import busy_poll
 from triton_serve._engine.frontend.busy_poll import BusyPoll
 from triton_serve._engine.cli import build_parser, options_from_args
+from triton_serve._engine.frontend.frontends import FrontendOptions
 
-from .conftest import ADD_SUB, FRONTEND_MODES
+from .conftest import ADD_SUB
 
 
 class _Loop:
@@ -70,22 +71,17 @@ def test_zero_microseconds_never_polls(clock: list[float]) -> None:
 def test_the_flag_reaches_every_front_end_and_is_checked() -> None:
     parser = build_parser()
     assert options_from_args(parser.parse_args([])).frontend_options().busy_poll_microseconds == 200
-    options = options_from_args(parser.parse_args(["--busy-poll-microseconds=0"]))
-    assert options.frontend_options().busy_poll_microseconds == 0
+    options = options_from_args(parser.parse_args(["--busy-poll-microseconds=0"])).frontend_options()
+    assert options.busy_poll_microseconds == 0
+    assert FrontendOptions.from_dict(options.to_dict()).busy_poll_microseconds == 0  # what a front-end process gets
     for bad in ("-1", "1000001", "soon"):
         with pytest.raises(SystemExit):
             parser.parse_args([f"--busy-poll-microseconds={bad}"])
 
 
-@pytest.fixture(params=FRONTEND_MODES, ids=["in-process", "front-end-processes"])
-def frontend_processes(request: pytest.FixtureRequest) -> int:
-    return int(request.param)
-
-
-def test_every_answer_starts_polling_in_the_process_that_answers_it(
-        add_model, toy_server, monkeypatch: pytest.MonkeyPatch, frontend_processes: int) -> None:  # type: ignore[no-untyped-def]
-    """In-process front-ends poll after their HTTP and gRPC answers; with front-end processes, those poll in
-    their own processes, and the owner after each final response it sends them."""
+def test_every_answer_starts_polling(add_model, toy_server,  # type: ignore[no-untyped-def]
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front-ends poll after their HTTP and gRPC answers (a front-end process runs the same front-ends)."""
     answered: list[Any] = []
     monkeypatch.setattr(BusyPoll, "answered", lambda poll: answered.append(poll))
     add_model("add_sub", ADD_SUB)

@@ -15,7 +15,6 @@ from collections.abc import Awaitable
 from typing import Any
 
 from . import channel, wire
-from .frontend.busy_poll import BusyPoll
 from .dataplane import DataPlane
 from .seam import call_by_name
 from .errors import ServerError, internal, unavailable, unexpected
@@ -43,11 +42,9 @@ def default_process_count() -> int:
 class _Endpoint(asyncio.Protocol):
     """The owner's end of one front-end process's channel: runs its requests and calls."""
 
-    def __init__(self, dataplane: DataPlane, started: asyncio.Future[str | None],
-                 busy_poll: BusyPoll | None = None) -> None:
+    def __init__(self, dataplane: DataPlane, started: asyncio.Future[str | None]) -> None:
         self.dataplane = dataplane
         self.started = started
-        self.busy_poll = busy_poll  # started by every final response
         self.requests: dict[int, InferenceRequest] = {}
         self.served = 0  # requests received over this channel
         self.traces: dict[int, Trace] = {}  # answered traced requests, until their front-end timestamps come
@@ -148,8 +145,6 @@ class _Endpoint(asyncio.Protocol):
                 if request.trace is not None:
                     self._ask_trace_stamps(request_id, request.trace)
             self._write(channel.encode_response(request_id, response, final, request.model_version))
-            if final and self.busy_poll is not None:
-                self.busy_poll.answered()
 
         request.set_sink(sink)
         self.requests[request_id] = request
@@ -235,7 +230,7 @@ class _FrontendProcess:
                 sys.executable, "-m", "triton_serve._engine.frontend.process", str(frontend_end.fileno()),
                 json.dumps(self.pool.options.to_dict()), json.dumps(log_settings.as_dict()),
                 json.dumps(wire.content_type_names()), pass_fds=(frontend_end.fileno(),), stdin=subprocess.DEVNULL)
-            endpoint = self.endpoint = _Endpoint(self.pool.dataplane, started, self.pool.busy_poll)
+            endpoint = self.endpoint = _Endpoint(self.pool.dataplane, started)
             await loop.create_unix_connection(lambda: endpoint, sock=owner_end)
         except BaseException:
             owner_end.close()
@@ -304,7 +299,6 @@ class FrontendPool:
         self.options = options
         self.processes = [_FrontendProcess(self, index) for index in range(count)]
         self.stopping = False
-        self.busy_poll: BusyPoll | None = None  # the owner's, for the front-end processes' requests (from start)
         dataplane.log_control.subscribe(self._send_log_settings)
         dataplane.tracer.subscribe(self._send_trace_armed)
 
@@ -322,7 +316,6 @@ class FrontendPool:
 
     async def start(self) -> None:
         self._check_ports_free()
-        self.busy_poll = BusyPoll(asyncio.get_running_loop(), self.options.busy_poll_microseconds)
         errors = await asyncio.gather(*(process.launch() for process in self.processes))
         failed = [error for error in errors if error is not None]
         if failed and not self.stopping:  # a stop asked for during start-up is no failure
