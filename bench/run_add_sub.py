@@ -213,6 +213,7 @@ def bench_servers(servers: list[str], args: argparse.Namespace, stem: str, repos
     cell one server after the other, in ``servers`` order and backwards at the next cell, so that the machine's
     drift over the minutes of a run falls on every server alike (an idle server costs nothing: its loops sleep)."""
     matrix = [(protocol, concurrency) for protocol in args.protocols for concurrency in args.concurrency]
+    cells = {server: [(p, c) for p, c in matrix if server != "floor" or p in FLOOR_PROTOCOLS] for server in servers}
     results: dict[str, list[Result]] = {server: [] for server in servers}
     with contextlib.ExitStack() as stack:
         up: dict[str, Ports] = {}
@@ -228,10 +229,10 @@ def bench_servers(servers: list[str], args: argparse.Namespace, stem: str, repos
             except ServerFailed as error:
                 print(f"  {server} failed: {error}", file=sys.stderr)
                 results[server] = [Result(server, args.variant, p, c, "error", detail=f"server {error}")
-                                   for p, c in matrix]
+                                   for p, c in cells[server]]
         for index, (protocol, concurrency) in enumerate(matrix):
             for server in (servers if index % 2 == 0 else servers[::-1]):
-                if server not in up or (server == "floor" and protocol not in FLOOR_PROTOCOLS):
+                if server not in up or (protocol, concurrency) not in cells[server]:
                     continue
                 result = measure(server, protocol, concurrency, up[server], args, RESULTS / f"{stem}-last.csv")
                 print(f"  {server} {args.variant} {protocol} c={concurrency}: {fmt_rate(result)} {result.detail}",
