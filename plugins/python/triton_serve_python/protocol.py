@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 from triton_serve.worker import ContentMeta
 
+from .idle_polling import STARVED_S, IdlePriority
+
 _HEADER = struct.Struct("<BI")
 _RECEIVE_SIZE = 65536  # bytes asked of each recv: a whole frame of a small batch, and any that follow it
 _T = TypeVar("_T")
@@ -117,9 +119,10 @@ class BlockingChannel:
     its own reply.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, idle_priority: IdlePriority | None = None) -> None:
         self._sock = sock
         self.poll_next_s = 0.0  # how long the next read polls the socket before it sleeps (then 0 again)
+        self._idle_priority = idle_priority or IdlePriority(False)  # the priority polls run at
         self._batch_gap_s = 0.0  # how long the reads after the last polled-for ones waited, averaged (_recv_polling)
         self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
@@ -282,17 +285,22 @@ class BlockingChannel:
         tens of µs on a virtual machine whose idle CPUs halt), then waited for. Polled for only while they have
         been coming within that time (``_batch_gap_s``, a moving average of the waits, each counted as at most twice
         that time): where they keep coming later, the server is busy with other work, and polling would take a
-        CPU it needs."""
+        CPU it needs. Polls run at idle priority where they can (``idle_polling``)."""
         start = time.perf_counter()
         window, self.poll_next_s = self.poll_next_s, 0.0
         data = None
         if self._batch_gap_s < window:
             deadline = start + window
-            while data is None and time.perf_counter() < deadline:
+            idle = self._idle_priority.enter(start)
+            now = start
+            while data is None and now < deadline:
+                last, now = now, time.perf_counter()
                 try:
                     data = self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
                 except BlockingIOError:
                     continue
+            if idle:  # the batch came while the poller was off its CPU for long: it may have waited that long
+                self._idle_priority.leave(starved=data is not None and now - last > STARVED_S, now=now)
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
         waited = min(time.perf_counter() - start, 2 * window)  # one stall moves the average by a quarter window

@@ -12,6 +12,7 @@ from triton_serve.worker import (ContentMeta, RequestContent, ResponseContent, T
                                  encode_content)
 
 from .arena import ALIGNMENT, attach, close_mapping, mapped_bytes
+from .idle_polling import IdlePriority
 from .pb_utils.errors import TritonError, TritonModelException
 from .pb_utils.logger import set_log_sink
 from .pb_utils.contents import response_content
@@ -113,7 +114,7 @@ def serve(channel: BlockingChannel, runner: ModelRunner, arenas: WorkerArenas) -
 def main(argv: list[str]) -> int:
     """Say STARTED, receive INIT, load the model and answer READY (or FAILED), then run EXECUTE messages in the
     order they came, one at a time, until FINALIZE or until the server closes the socket."""
-    channel = BlockingChannel(socket.socket(fileno=int(argv[1])))
+    channel = BlockingChannel(socket.socket(fileno=int(argv[1])), IdlePriority.probed())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which then stops its workers
     faulthandler.enable()  # a crash in model code prints its Python traceback to the server's stderr
     set_log_sink(lambda level, line: channel.send(encode(Kind.LOG, (level, line))))
