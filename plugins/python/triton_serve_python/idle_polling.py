@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 
-STARVED_S = 0.0005  # a gap this long between two polls: the poller was off its CPU for a scheduler slice
+STARVED_S = 0.002  # a gap this long between two polls: the poller was off its CPU for more than a slice or two
 NORMAL_FOR_S = 1.0  # after such a gap, how long the worker polls at normal priority
 
 
