@@ -83,3 +83,20 @@ def test_the_response_header_is_what_the_json_encoder_writes() -> None:
     body, length = encode_response(InferenceResponse([]), request, "m")
     assert length is None and body == _as_the_encoder_writes_it({"model_name": "m", "model_version": "3",
                                                                  "outputs": []})
+
+
+def test_integer_outputs_and_the_kept_heads_write_what_the_json_encoder_writes() -> None:
+    request = parse_request(HEADER, _blobs(1, 2, b"abc"), "m", None)
+    outputs = [Tensor("I", "INT64", (3,), np.array([-(2**63), 0, 2**63 - 1], dtype=np.int64)),
+               Tensor("U", "UINT8", [1, 2], np.array([[0, 255]], dtype=np.uint8)),  # a shape given as a list
+               Tensor("E", "INT32", (0,), np.zeros(0, np.int32)),
+               Tensor("B", "BOOL", (2,), np.array([True, False]))]
+    for version in (1, 2, 1):
+        request.model_version = version
+        body, length = encode_response(InferenceResponse(outputs), request, "m")
+        assert length is None and body == _as_the_encoder_writes_it({
+            "model_name": "m", "model_version": str(version), "id": "r", "outputs": [
+                {"name": "I", "datatype": "INT64", "shape": [3], "data": [-(2**63), 0, 2**63 - 1]},
+                {"name": "U", "datatype": "UINT8", "shape": [1, 2], "data": [0, 255]},
+                {"name": "E", "datatype": "INT32", "shape": [0], "data": []},
+                {"name": "B", "datatype": "BOOL", "shape": [2], "data": [True, False]}]})
