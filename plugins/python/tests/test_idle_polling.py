@@ -116,3 +116,17 @@ def test_the_probe_leaves_the_calling_thread_under_its_own_policy() -> None:
     IdlePriority.probed()
     assert os.sched_getscheduler(0) == before
     assert idle_polling._may_leave_idle_priority() is MAY_LEAVE_IDLE
+
+
+@needs_idle_priority
+def test_a_poll_that_fails_leaves_the_thread_at_normal_priority() -> None:
+    class _Resetting:
+        def recv(self, size: int, flags: int = 0) -> bytes:
+            assert os.sched_getscheduler(0) == os.SCHED_IDLE
+            raise ConnectionResetError("the server went away")
+
+    channel = BlockingChannel(_Resetting(), IdlePriority(True))  # type: ignore[arg-type]
+    channel.poll_next_s = 5.0
+    with pytest.raises(ConnectionResetError):
+        channel.receive()
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER

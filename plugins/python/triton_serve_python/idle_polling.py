@@ -7,8 +7,8 @@ c=4, where one batch at a time leaves the worker polling most of the time, polli
 server a fifth of its throughput.
 
 Where other processes keep every CPU busy, an idle-priority poller gets its CPU late, and with it the batch that
-came meanwhile. A poll that was kept off its CPU that long (``STARVED_S``) makes the worker poll at its normal
-priority for ``NORMAL_FOR_S``, then try again.
+came meanwhile. A poll that finds its batch right after ``STARVED_S`` or more off its CPU makes the worker poll at
+normal priority for ``NORMAL_FOR_S``, then try again.
 
 Linux lets a thread leave ``SCHED_IDLE`` only with ``CAP_SYS_NICE`` or an ``RLIMIT_NICE`` that allows its nice
 value; ``IdlePriority.probed()`` tries it on a thread of its own first, and without it the worker polls as before.

@@ -292,15 +292,17 @@ class BlockingChannel:
         if self._batch_gap_s < window:
             deadline = start + window
             idle = self._idle_priority.enter(start)
-            now = start
-            while data is None and now < deadline:
-                last, now = now, time.perf_counter()
-                try:
-                    data = self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    continue
-            if idle:  # the batch came while the poller was off its CPU for long: it may have waited that long
-                self._idle_priority.leave(starved=data is not None and now - last > STARVED_S, now=now)
+            last = now = start
+            try:
+                while data is None and now < deadline:
+                    last, now = now, time.perf_counter()
+                    try:
+                        data = self._sock.recv(_RECEIVE_SIZE, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
+            finally:
+                if idle:  # starved: the batch came while the poller was off its CPU, and may have waited as long
+                    self._idle_priority.leave(starved=data is not None and now - last > STARVED_S, now=now)
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
         waited = min(time.perf_counter() - start, 2 * window)  # one stall moves the average by a quarter window
