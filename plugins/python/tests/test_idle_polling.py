@@ -130,3 +130,14 @@ def test_a_poll_that_fails_leaves_the_thread_at_normal_priority() -> None:
     with pytest.raises(ConnectionResetError):
         channel.receive()
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+def test_where_scheduler_calls_are_refused_the_worker_polls_at_normal_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object) -> None:
+        raise PermissionError("not here")
+
+    monkeypatch.setattr(idle_polling.os, "sched_getscheduler", refuse)
+    assert not IdlePriority.probed().enabled
+    monkeypatch.setattr(idle_polling.os, "sched_setscheduler", refuse)
+    refused_later = IdlePriority(True)
+    assert refused_later.enter(0.0) is False and not refused_later.enabled

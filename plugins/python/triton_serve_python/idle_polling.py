@@ -24,7 +24,10 @@ NORMAL_FOR_S = 1.0  # after such a gap, how long the worker polls at normal prio
 
 def _may_leave_idle_priority() -> bool:
     """Whether a thread of this process runs under the normal policy and may go to ``SCHED_IDLE`` and back."""
-    if not hasattr(os, "SCHED_IDLE") or os.sched_getscheduler(0) != os.SCHED_OTHER:
+    try:
+        if not hasattr(os, "SCHED_IDLE") or os.sched_getscheduler(0) != os.SCHED_OTHER:
+            return False
+    except OSError:  # a sandbox that refuses scheduler calls
         return False
     returned: list[bool] = []
 
@@ -58,7 +61,11 @@ class IdlePriority:
         """Go to idle priority for the poll starting at ``now``; whether it did."""
         if not self.enabled or now < self._normal_until:
             return False
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:  # refused after all: poll at normal priority from now on
+            self.enabled = False
+            return False
         return True
 
     def leave(self, starved: bool, now: float) -> None:
