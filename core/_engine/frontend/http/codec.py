@@ -57,11 +57,12 @@ def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, mod
         raise ServerError(f"receiving {datatype} data via JSON is not supported. "
                           f"Please use the binary data format for input {name}")
     flat = _flatten(data)
-    if datatype == "BYTES" and len(flat) != element_count(shape):
-        raise ServerError(StringCountError(element_count(shape), len(flat)).message(name, model_name))
-    if len(flat) != element_count(shape):
+    count = element_count(shape)
+    if len(flat) != count:
+        if datatype == "BYTES":
+            raise ServerError(StringCountError(count, len(flat)).message(name, model_name))
         raise ServerError(f"Unable to parse 'data' of input '{name}': shape {list(shape)} needs "
-                          f"{element_count(shape)} elements, got {len(flat)}")
+                          f"{count} elements, got {len(flat)}")
     kinds = set(map(type, flat))  # what JSON made of the elements: one C loop, not a Python check per element
     try:
         if datatype == "BYTES":
@@ -280,14 +281,38 @@ def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version:
     return request
 
 
+# The bytes that open a response and each output's entry, by what they hold: a model answers with the same names,
+# datatypes and shapes request after request. Bounded; emptied when full.
+_HEADS: dict[tuple[Any, ...], bytes] = {}
+_HEADS_MAX = 1024
+
+
+def _keep_head(key: tuple[Any, ...], head: bytes) -> bytes:
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[key] = head
+    return head
+
+
+def _response_head(model_name: str, version: Any) -> bytes:
+    key = (model_name, version)
+    return _HEADS.get(key) or _keep_head(key, b'{"model_name":%s,"model_version":%s' % (
+        _json_string(model_name), _json_string(str(version))))
+
+
+def _output_head(tensor: Tensor) -> bytes:
+    key = (tensor.name, tensor.datatype, tuple(tensor.shape))
+    return _HEADS.get(key) or _keep_head(key, b'{"name":%s,"datatype":%s,"shape":[%s]' % (
+        _json_string(tensor.name), _json_string(tensor.datatype), ",".join(map(str, tensor.shape)).encode()))
+
+
 def encode_response(response: InferenceResponse, request: InferenceRequest,
                     model_name: str) -> tuple[bytes, int | None]:
     """The response body and, when it carries binary blobs, the JSON header's length. The header is written
     field by field (json.dumps of the whole document takes twice as long); values that are not names or
     numbers go through the JSON encoder."""
     binary_default = request.parameters.get("binary_data_output", False) is True
-    header = [b'{"model_name":', _json_string(model_name), b',"model_version":',
-              _json_string(str(request.model_version))]
+    header = [_response_head(model_name, request.model_version)]
     if request.id:
         header += (b',"id":', _json_string(request.id))
     if response.parameters:
@@ -296,8 +321,9 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     blobs: list[bytes | bytearray | memoryview] = []
     for index, tensor in enumerate(response.outputs):
         params = tensor.parameters
-        header += (b'{"name":' if index == 0 else b',{"name":', _json_string(tensor.name), b',"datatype":',
-                   _json_string(tensor.datatype), b',"shape":[%s]' % ",".join(map(str, tensor.shape)).encode())
+        if index:
+            header.append(b",")
+        header.append(_output_head(tensor))
         if REGION in params:  # written into shared memory: Triton sends only name, datatype and shape
             header.append(b"}")
         elif params.get("binary_data", binary_default) is True:
@@ -305,7 +331,7 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
             header.append(b',"parameters":{"binary_data_size":%d}}' % len(blob))
             blobs.append(blob)
         else:
-            header += (b',"data":', _encode_json(_json_data(tensor)).encode(), b"}")
+            header += (b',"data":', _json_data(tensor), b"}")
     header.append(b"]}")
     head = b"".join(header)
     if not any(blobs):
@@ -313,11 +339,14 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     return head + b"".join(blobs), len(head)
 
 
-def _json_data(tensor: Tensor) -> list[Any]:
+def _json_data(tensor: Tensor) -> bytes:
+    """A tensor's elements as a flat JSON array."""
     if tensor.datatype in ("FP16", "BF16"):
         raise internal(f"sending {tensor.datatype} data via JSON is not supported. "
                        f"Please request binary data for output {tensor.name}")
     flat = tensor.data.ravel()
     if tensor.datatype == "BYTES":
-        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
-    return flat.tolist()
+        return _encode_json([x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]).encode()
+    if flat.dtype.kind in "iu":  # Python writes a list of integers as JSON does, but for the spaces
+        return repr(flat.tolist()).replace(", ", ",").encode()
+    return _encode_json(flat.tolist()).encode()
