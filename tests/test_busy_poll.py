@@ -1,6 +1,7 @@
-"""Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its time after the last
-answer and then stops; every answer over HTTP and gRPC starts it in the process that serves the client, and a
-front-end process gets the setting."""
+"""Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its window after the last
+answer and then stops; the window follows the usual wait for the next request within its bounds; every request
+and answer over HTTP and gRPC is told to the poller of the process that serves the client, and a front-end process
+gets the setting."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -42,9 +43,22 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
-def test_the_loop_turns_until_the_time_after_the_last_answer_and_then_stops(clock: list[float]) -> None:
+def _learn(poll: BusyPoll, clock: list[float], wait_s: float, times: int) -> None:
+    """``times`` answers, each followed by a request ``wait_s`` later."""
+    for _ in range(times):
+        poll.answered()
+        clock[0] += wait_s
+        poll.arrived()
+
+
+def test_the_loop_turns_until_the_window_after_the_last_answer_and_then_stops(clock: list[float]) -> None:
     loop = _Loop()
-    poll = BusyPoll(loop, 200)  # type: ignore[arg-type]
+    poll = BusyPoll(loop, 1000)  # type: ignore[arg-type]
+    _learn(poll, clock, 50e-6, 100)  # requests come 50 µs after their answers: poll for 200 µs
+    clock[0] += 1e-3
+    loop.turn()
+    assert loop.ready == []  # the polls of the learning are over
+    assert poll.window == pytest.approx(200e-6, rel=1e-3)
     poll.answered()
     for _ in range(3):
         assert len(loop.ready) == 1  # one turn queued: the loop does not sleep
@@ -57,9 +71,41 @@ def test_the_loop_turns_until_the_time_after_the_last_answer_and_then_stops(cloc
     assert len(loop.ready) == 1  # 300 µs after the first answer, 150 after the second
     clock[0] += 60e-6
     loop.turn()
-    assert loop.ready == []  # past the time: the loop may sleep again
+    assert loop.ready == []  # past the window: the loop may sleep again
     poll.answered()  # the next answer polls again
     assert len(loop.ready) == 1
+
+
+def test_the_window_follows_the_wait_for_the_next_request_within_its_bounds(clock: list[float]) -> None:
+    poll = BusyPoll(_Loop(), 1000)  # type: ignore[arg-type]
+    assert poll.window == busy_poll.FLOOR_S  # nothing learnt yet
+    _learn(poll, clock, 1e-6, 100)  # requests already queued: the shortest poll
+    assert poll.window == busy_poll.FLOOR_S
+    _learn(poll, clock, 150e-6, 100)  # a slower machine or client: polled for longer
+    assert poll.window == pytest.approx(600e-6, rel=0.01)
+    _learn(poll, clock, 400e-6, 100)  # four times the wait would be 1.6 ms: the configured 1 ms bounds it
+    assert poll.window == pytest.approx(1e-3)
+    _learn(poll, clock, 1.5e-3, 100)  # requests come later than polling may wait: no polling
+    assert poll.window == 0
+    _learn(poll, clock, 100e-6, 50)  # back to quick requests: polling again
+    assert poll.window == pytest.approx(400e-6, rel=0.05)
+
+
+def test_a_pause_counts_as_twice_the_limit_so_polling_soon_resumes(clock: list[float]) -> None:
+    poll = BusyPoll(_Loop(), 1000)  # type: ignore[arg-type]
+    _learn(poll, clock, 100e-6, 100)
+    _learn(poll, clock, 60.0, 1)  # the client came back after a minute
+    assert poll.window == pytest.approx(1e-3)  # the average rose by (2 ms - 0.1 ms) / 8, not by a minute
+    _learn(poll, clock, 100e-6, 20)
+    assert poll.window == pytest.approx(400e-6, rel=0.2)
+
+
+def test_a_request_without_an_answer_before_it_teaches_nothing(clock: list[float]) -> None:
+    poll = BusyPoll(_Loop(), 1000)  # type: ignore[arg-type]
+    _learn(poll, clock, 100e-6, 100)
+    clock[0] += 5.0
+    poll.arrived()  # a second request with no answer between: not a wait for the next request
+    assert poll.window == pytest.approx(400e-6, rel=1e-3)
 
 
 def test_zero_microseconds_never_polls(clock: list[float]) -> None:
@@ -70,7 +116,7 @@ def test_zero_microseconds_never_polls(clock: list[float]) -> None:
 
 def test_the_flag_reaches_every_front_end_and_is_checked() -> None:
     parser = build_parser()
-    assert options_from_args(parser.parse_args([])).frontend_options().busy_poll_microseconds == 200
+    assert options_from_args(parser.parse_args([])).frontend_options().busy_poll_microseconds == 1000
     options = options_from_args(parser.parse_args(["--busy-poll-microseconds=0"])).frontend_options()
     assert options.busy_poll_microseconds == 0
     assert FrontendOptions.from_dict(options.to_dict()).busy_poll_microseconds == 0  # what a front-end process gets
@@ -79,20 +125,22 @@ def test_the_flag_reaches_every_front_end_and_is_checked() -> None:
             parser.parse_args([f"--busy-poll-microseconds={bad}"])
 
 
-def test_every_answer_starts_polling(add_model, toy_server,  # type: ignore[no-untyped-def]
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The front-ends poll after their HTTP and gRPC answers (a front-end process runs the same front-ends)."""
-    answered: list[Any] = []
-    monkeypatch.setattr(BusyPoll, "answered", lambda poll: answered.append(poll))
+def test_every_request_and_answer_is_told_to_the_poller(add_model, toy_server,  # type: ignore[no-untyped-def]
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The front-ends tell the poller of each HTTP and gRPC request and answer (a front-end process runs the same
+    front-ends)."""
+    told: list[tuple[str, Any]] = []
+    monkeypatch.setattr(BusyPoll, "answered", lambda poll: told.append(("answered", poll)))
+    monkeypatch.setattr(BusyPoll, "arrived", lambda poll: told.append(("arrived", poll)))
     add_model("add_sub", ADD_SUB)
     server = toy_server()
     data = np.arange(16, dtype=np.int32).reshape(1, 16)
 
     assert (_add_sub(httpclient, server.http_url, data) == 2 * data).all()
-    assert len(answered) == 1
+    assert [event for event, _ in told] == ["arrived", "answered"]
     assert (_add_sub(grpcclient, server.grpc_url, data) == 2 * data).all()
-    assert len(answered) == 2
-    assert answered[0] is answered[1]  # one poller per process, whichever protocol answered
+    assert [event for event, _ in told] == ["arrived", "answered"] * 2
+    assert len({id(poll) for _, poll in told}) == 1  # one poller per process, whichever protocol answered
 
 
 def _add_sub(client_module: Any, url: str, data: np.ndarray) -> np.ndarray:

@@ -243,8 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
              f"else 0; here {default_process_count()})")
     own("--http-max-input-size", type=int, default=1 << 26)
     own("--busy-poll-microseconds", type=_microseconds, default=DEFAULT_MICROSECONDS,
-        help="after answering a request, how long the process that answered keeps polling for the client's next "
-             "one instead of sleeping (0: never; the python backend's workers have a setting of their own)")
+        help="after answering a request, the most µs the process that answered keeps polling for the client's next "
+             "one instead of sleeping; it polls for four times the usual wait for one (0: never; the python "
+             "backend's workers have a setting of their own)")
     own("--plugin", dest="plugins", action="append", default=[], help="'no:NAME' blocks plugin NAME (repeatable)")
     return parser
 

@@ -82,7 +82,7 @@ class ServerOptions:
     extra_plugins: list[tuple[str, Any]] = field(default_factory=list)
     server_id: str = "triton"  # --id: the server metadata's name
     exit_timeout_secs: int = 30  # how long a graceful stop waits for in-flight requests
-    busy_poll_microseconds: int = DEFAULT_MICROSECONDS  # how long a loop polls after an answer (busy_poll.py)
+    busy_poll_microseconds: int = DEFAULT_MICROSECONDS  # the longest a loop polls after an answer (busy_poll.py)
     reuse_http_port: bool = False
     reuse_grpc_port: bool = False
     # --http-restricted-api / --grpc-restricted-protocol: category -> (header, value); see docs/access-control.md

@@ -3,35 +3,62 @@
 A client that waits for its answer usually sends its next request soon after it. An event loop with nothing to do
 sleeps in its wait for I/O, and the request that comes then has to wake it: on a virtual machine whose idle vCPUs
 halt, a wake-up costs a round trip through the host, tens of µs (bench/README.md). So once an answer is written,
-the loop keeps turning for a short while, its waits for I/O taking no time, and reads the next request as it
-arrives. A loop with other work turns anyway; this costs it one callback per turn.
+the loop keeps turning for a while, its waits for I/O taking no time, and reads the next request as it arrives.
+A loop with other work turns anyway; this costs it one callback per turn.
+
+How long is learnt: the poll lasts four times the usual wait from an answer to the next request (a moving
+average), at least ``FLOOR_S`` and at most the configured time. A machine or a client slower than another waits
+longer for its next request, and is polled for longer; where requests queue, the waits are short and so is the
+poll; where the usual wait is longer than the configured time, the loop does not poll at all.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 
-DEFAULT_MICROSECONDS = 200
+DEFAULT_MICROSECONDS = 1000
+FLOOR_S = 50e-6  # the shortest poll: what a loop that has just learnt no wait yet polls for
 
 
 class BusyPoll:
-    """Keeps one event loop turning until ``microseconds`` after the last ``answered()`` (0: never)."""
+    """Keeps one event loop turning after each ``answered()`` for four times the usual wait for the next request,
+    measured by ``arrived()``, bounded by ``microseconds`` (0: never)."""
 
-    __slots__ = ("_loop", "_seconds", "_until", "_turning")
+    __slots__ = ("_loop", "_limit", "_wait", "_answered_at", "_until", "_turning")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, microseconds: int) -> None:
         self._loop = loop
-        self._seconds = microseconds / 1e6
+        self._limit = microseconds / 1e6
+        self._wait = 0.0  # the moving average of the seconds from an answer to the next request
+        self._answered_at = 0.0  # the last answer not yet followed by a request; 0: none
         self._until = 0.0
         self._turning = False
 
+    @property
+    def window(self) -> float:
+        """Seconds the loop polls after an answer, as learnt so far (0: it does not poll)."""
+        if not self._limit or self._wait > self._limit:
+            return 0.0
+        return min(max(4 * self._wait, FLOOR_S), self._limit)
+
+    def arrived(self) -> None:
+        """A request arrived: learn how long after the last answer. A longer absence counts as twice the
+        configured time, so that a client back from a pause is polled for again after a few requests."""
+        if self._answered_at:
+            wait = min(time.perf_counter() - self._answered_at, 2 * self._limit)
+            self._wait += (wait - self._wait) / 8
+            self._answered_at = 0.0
+
     def answered(self) -> None:
-        """An answer went out: poll for the next request for the configured time from now."""
-        if self._seconds:
-            self._until = time.perf_counter() + self._seconds
-            if not self._turning:
-                self._turning = True
-                self._loop.call_soon(self._turn)
+        """An answer went out: poll for the next request for ``window`` seconds from now."""
+        if self._limit:
+            now = self._answered_at = time.perf_counter()
+            window = self.window
+            if window and now + window > self._until:
+                self._until = now + window
+                if not self._turning:
+                    self._turning = True
+                    self._loop.call_soon(self._turn)
 
     def _turn(self) -> None:
         if time.perf_counter() < self._until:

@@ -473,7 +473,7 @@ class NativeServer:
         self.max_age = None if max_connection_age_ms is None else max_connection_age_ms / 1000
         self.max_age_grace = None if max_connection_age_grace_ms is None else max_connection_age_grace_ms / 1000
         self.ping_policy = ping_policy
-        self.busy_poll = busy_poll  # started by every call's end
+        self.busy_poll = busy_poll  # told of every call's start and end
         self.connections: set[h2.H2Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.AbstractServer | None = None
@@ -520,6 +520,8 @@ class NativeServer:
 
     def open_stream(self, connection: h2.H2Connection, stream_id: int, headers: list[tuple[str, str]],
                     end_stream: bool) -> h2.Stream | None:
+        if self.busy_poll is not None:
+            self.busy_poll.arrived()
         path = method = content_type = ""
         encoding, accept, timeout_text = "identity", "", ""
         metadata: list[tuple[str, str | bytes]] = []

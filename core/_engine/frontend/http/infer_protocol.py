@@ -41,7 +41,8 @@ _REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found
 def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions,
                   busy_poll: BusyPoll | None = None) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol, writing each response in one system call, and answering ``/infer``
-    itself when ``frontend`` is given (see the module docstring); each of those answers starts ``busy_poll``."""
+    itself when ``frontend`` is given (see the module docstring); each of those requests and answers is told to
+    ``busy_poll``."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     restriction = restrictions.get("inference")
@@ -65,6 +66,8 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions,
                 if self.cycle is not previous and _framed_twice(self.headers):
                     self.cycle.keep_alive = False
                 return
+            if busy_poll is not None:
+                busy_poll.arrived()
             self.cycle = exchange  # type: ignore[assignment]  # uvicorn reads response_complete, keep_alive...
 
         def on_body(self, body: bytes) -> None:
