@@ -23,6 +23,7 @@ from ._engine.options import AutoCompleteOptions, NoOptions, model_parameters, o
 from ._engine.protos.model_config_pb2 import (DataType, ModelConfig, ModelDynamicBatching, ModelInput,
                                               ModelInstanceGroup, ModelOptimizationPolicy, ModelOutput,
                                               ModelQueuePolicy, ModelSequenceBatching)
+from ._engine.poll_window import PollWindow
 from ._engine.registry import (BackendRegistry, CacheRegistry, CommandRegistry, RepositoryAgentRegistry,
                                SchedulerRegistry)
 from ._engine.repo_agents import AgentAction, AgentModel, RepositoryAgent
@@ -62,6 +63,8 @@ __all__ = [
     "option", "NoOptions", "AutoCompleteOptions", "parse_options", "parse_bool", "model_parameters",
     # errors
     "ServerError", "Status",
+    # how long to busy-poll for what usually comes soon (a worker's answer), learnt from the waits
+    "PollWindow",
     # schedulers, caches, repository sources
     "Scheduler", "ModelContext", "InstancePool", "ResponseCache", "RepositorySource", "is_version_name",
     # repository agents (model_repository_agents in config.pbtxt)

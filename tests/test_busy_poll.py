@@ -1,5 +1,6 @@
 """Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its window after the last
-answer and then stops; the window follows the usual wait for the next request within its bounds; every request
+answer and then stops; the window is learnt from the waits between an answer and the next request (its rule:
+test_poll_window.py); every request
 and answer over HTTP and gRPC is told to the poller of the process that serves the client, and a front-end process
 gets the setting."""
 from __future__ import annotations
@@ -74,30 +75,6 @@ def test_the_loop_turns_until_the_window_after_the_last_answer_and_then_stops(cl
     assert loop.ready == []  # past the window: the loop may sleep again
     poll.answered()  # the next answer polls again
     assert len(loop.ready) == 1
-
-
-def test_the_window_follows_the_wait_for_the_next_request_within_its_bounds(clock: list[float]) -> None:
-    poll = BusyPoll(_Loop(), 1000)  # type: ignore[arg-type]
-    assert poll.window == busy_poll.FLOOR_S  # nothing learnt yet
-    _learn(poll, clock, 1e-6, 100)  # requests already queued: the shortest poll
-    assert poll.window == busy_poll.FLOOR_S
-    _learn(poll, clock, 150e-6, 100)  # a slower machine or client: polled for longer
-    assert poll.window == pytest.approx(600e-6, rel=0.01)
-    _learn(poll, clock, 400e-6, 100)  # four times the wait would be 1.6 ms: the configured 1 ms bounds it
-    assert poll.window == pytest.approx(1e-3)
-    _learn(poll, clock, 1.5e-3, 100)  # requests come later than polling may wait: no polling
-    assert poll.window == 0
-    _learn(poll, clock, 100e-6, 50)  # back to quick requests: polling again
-    assert poll.window == pytest.approx(400e-6, rel=0.05)
-
-
-def test_a_pause_counts_as_twice_the_limit_so_polling_soon_resumes(clock: list[float]) -> None:
-    poll = BusyPoll(_Loop(), 1000)  # type: ignore[arg-type]
-    _learn(poll, clock, 100e-6, 100)
-    _learn(poll, clock, 60.0, 1)  # the client came back after a minute
-    assert poll.window == pytest.approx(1e-3)  # the average rose by (2 ms - 0.1 ms) / 8, not by a minute
-    _learn(poll, clock, 100e-6, 20)
-    assert poll.window == pytest.approx(400e-6, rel=0.2)
 
 
 def test_a_request_without_an_answer_before_it_teaches_nothing(clock: list[float]) -> None:

@@ -6,30 +6,28 @@ halt, a wake-up costs a round trip through the host, tens of µs (bench/README.m
 the loop keeps turning for a while, its waits for I/O taking no time, and reads the next request as it arrives.
 A loop with other work turns anyway; this costs it one callback per turn.
 
-How long is learnt: the poll lasts four times the usual wait from an answer to the next request (a moving
-average), at least ``FLOOR_S`` and at most the configured time. A machine or a client slower than another waits
-longer for its next request, and is polled for longer; where requests queue, the waits are short and so is the
-poll; where the usual wait is longer than the configured time, the loop does not poll at all.
+How long is learnt (``PollWindow``): four times the usual wait from an answer to the next request, within
+the configured time.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 
+from ..poll_window import PollWindow
+
 DEFAULT_MICROSECONDS = 1000
-FLOOR_S = 50e-6  # the shortest poll: what a loop that has just learnt no wait yet polls for
 
 
 class BusyPoll:
     """Keeps one event loop turning after each ``answered()`` for four times the usual wait for the next request,
     measured by ``arrived()``, bounded by ``microseconds`` (0: never)."""
 
-    __slots__ = ("_loop", "_limit", "_wait", "_answered_at", "_until", "_turning")
+    __slots__ = ("_loop", "_window", "_answered_at", "_until", "_turning")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, microseconds: int) -> None:
         self._loop = loop
-        self._limit = microseconds / 1e6
-        self._wait = 0.0  # the moving average of the seconds from an answer to the next request
+        self._window = PollWindow(microseconds / 1e6)  # learns the wait from an answer to the next request
         self._answered_at = 0.0  # the last answer not yet followed by a request; 0: none
         self._until = 0.0
         self._turning = False
@@ -37,23 +35,19 @@ class BusyPoll:
     @property
     def window(self) -> float:
         """Seconds the loop polls after an answer, as learnt so far (0: it does not poll)."""
-        if not self._limit or self._wait > self._limit:
-            return 0.0
-        return min(max(4 * self._wait, FLOOR_S), self._limit)
+        return self._window.seconds
 
     def arrived(self) -> None:
-        """A request arrived: learn how long after the last answer. A longer absence counts as twice the
-        configured time, so that a client back from a pause is polled for again after a few requests."""
+        """A request arrived: learn how long after the last answer."""
         if self._answered_at:
-            wait = min(time.perf_counter() - self._answered_at, 2 * self._limit)
-            self._wait += (wait - self._wait) / 8
+            self._window.learn(time.perf_counter() - self._answered_at)
             self._answered_at = 0.0
 
     def answered(self) -> None:
         """An answer went out: poll for the next request for ``window`` seconds from now."""
-        if self._limit:
+        if self._window.limit_s:
             now = self._answered_at = time.perf_counter()
-            window = self.window
+            window = self._window.seconds
             if window and now + window > self._until:
                 self._until = now + window
                 if not self._turning:

@@ -34,6 +34,7 @@ def _poll_once(channel: BlockingChannel, server_end: socket.socket, worker_end: 
     """One hinted read whose frame comes on its fourth poll: the policies its polls ran under."""
     recorder = _PolicySocket(worker_end, server_end, encode(Kind.IS_READY), ready_after=3)
     channel._sock = recorder  # type: ignore[assignment]
+    channel._next_batch.usual_s = 1.0  # as if batches had come a second after the answers: polls 4 s at most
     channel.poll_next_s = 5.0
     assert channel.receive() == (Kind.IS_READY, None)
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # back to normal once read

@@ -206,3 +206,54 @@ def test_a_batch_for_a_worker_that_owes_nothing_leaves_at_once_and_one_behind_an
     monkeypatch.setattr(process.WorkerProcess, "_send", recording_send)
     _one_batch_then_two_overlapping(kit, tmp_path, python_server, {"shm-region-prefix-name": shm_prefix}, at_once)
     assert at_once == [True, True, False]
+
+
+NAPPING = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):  # sleeps X ms
+        time.sleep(sum(int(pb_utils.get_input_tensor_by_name(r, "X").as_numpy()[0]) for r in requests) / 1000)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+                for r in requests]
+"""
+
+
+def test_the_server_polls_for_a_lone_batch_s_answer_only_while_answers_come_within_the_limit(
+        kit: Any, tmp_path: Path, python_server: Any, shm_prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lone batch's answer is polled for by the server for four times the usual wait for such answers (within
+    busy-poll-microseconds): a model that answers in 50 ms is soon not polled for, and when its answers come
+    quickly again, polling resumes. The worker's hint stays the limit (it learns its own wait)."""
+    import triton_serve_python.process as process
+
+    windows: list[float] = []  # for each lone EXECUTE frame: how long the server polled for its answer
+    hints: list[float] = []
+    flush = process.WorkerProcess._flush
+
+    def recording_flush(self: Any) -> None:
+        kind, body = process.FrameDecoder().feed(self._outgoing[0])[0]
+        if kind == process.Kind.EXECUTE:
+            windows.append(self._poll_s)
+            hints.append(body[4])
+        flush(self)
+
+    monkeypatch.setattr(process.WorkerProcess, "_flush", recording_flush)
+    repo = tmp_path / "models"
+    kit.write_model(repo, "napping", NAPPING, SLOW_CONFIG)
+    server = python_server(repo, backend_config={"python": {"shm-region-prefix-name": shm_prefix,
+                                                            "busy-poll-microseconds": "10000"}})
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def nap(ms: int, times: int) -> list[float]:
+        x = grpcclient.InferInput("X", [1], "INT32")
+        x.set_data_from_numpy(np.array([ms], dtype=np.int32))
+        start = len(windows)
+        for _ in range(times):
+            assert int(client.infer("napping", [x]).as_numpy("Y")[0]) == ms
+        return windows[start:]
+
+    assert all(window > 0 for window in nap(0, 3))  # quick answers: polled for
+    assert nap(50, 8)[-1] == 0  # answers later than the 10 ms limit: soon not polled for
+    assert nap(0, 10)[-1] > 0  # quick again: polled for again
+    assert set(hints) == {10e-3}

@@ -44,8 +44,9 @@ class PythonBackendOptions:
                                             doc="a batch running longer gets its worker killed; 0: no limit")
     restart_on_failure: bool = option(True, doc="start a new worker when one dies or is killed")
     busy_poll_microseconds: int = option(
-        500, minimum=0, doc="a batch sent while no other is on its way: how long the server polls for its answer, "
-                            "and the worker for the next batch, before sleeping; 0: always sleep")
+        2000, minimum=0, doc="a batch sent while no other is on its way: the most the server polls for its answer, "
+                             "and the worker for the next batch, before sleeping (each four times its usual wait, "
+                             "0 where that is longer); 0: always sleep")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from triton_serve.worker import ContentMeta
+from triton_serve.worker import ContentMeta, PollWindow
 
 from .idle_polling import STARVED_S, IdlePriority
 
@@ -121,9 +121,9 @@ class BlockingChannel:
 
     def __init__(self, sock: socket.socket, idle_priority: IdlePriority | None = None) -> None:
         self._sock = sock
-        self.poll_next_s = 0.0  # how long the next read polls the socket before it sleeps (then 0 again)
+        self.poll_next_s = 0.0  # the most the next read may poll the socket before it sleeps (then 0 again)
         self._idle_priority = idle_priority or IdlePriority(False)  # the priority polls run at
-        self._batch_gap_s = 0.0  # how long the reads after the last polled-for ones waited, averaged (_recv_polling)
+        self._next_batch = PollWindow(0.0)  # learns the wait of those reads for their bytes (_recv_polling)
         self._buffered = b""  # bytes read from the socket past the last whole frame (only the reader touches it)
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()  # held by the thread reading a frame
@@ -281,15 +281,16 @@ class BlockingChannel:
         return _KINDS[code], marshal.loads(memoryview(data)[_HEADER.size:end])
 
     def _recv_polling(self) -> bytes:
-        """The next bytes, polled for without sleeping for up to ``poll_next_s`` (waking a sleeping process costs
-        tens of µs on a virtual machine whose idle CPUs halt), then waited for. Polled for only while they have
-        been coming within that time (``_batch_gap_s``, a moving average of the waits, each counted as at most twice
-        that time): where they keep coming later, the server is busy with other work, and polling would take a
-        CPU it needs. Polls run at idle priority where they can (``idle_polling``)."""
+        """The next bytes, polled for without sleeping (waking a sleeping process costs tens of µs on a virtual
+        machine whose idle CPUs halt), then waited for. How long: four times the usual wait of these reads, at most
+        ``poll_next_s`` (``PollWindow``); where the bytes usually come later, the server is busy with other work,
+        and polling would take a CPU it needs. Polls run at idle priority where they can (``idle_polling``)."""
         start = time.perf_counter()
-        window, self.poll_next_s = self.poll_next_s, 0.0
+        learnt = self._next_batch
+        learnt.limit_s, self.poll_next_s = self.poll_next_s, 0.0
+        window = learnt.seconds
         data = None
-        if self._batch_gap_s < window:
+        if window:
             deadline = start + window
             idle = self._idle_priority.enter(start)
             last = now = start
@@ -305,8 +306,7 @@ class BlockingChannel:
                     self._idle_priority.leave(starved=data is not None and now - last > STARVED_S, now=now)
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
-        waited = min(time.perf_counter() - start, 2 * window)  # one stall moves the average by a quarter window
-        self._batch_gap_s += (waited - self._batch_gap_s) / 8
+        learnt.learn(time.perf_counter() - start)
         return data
 
     def _receive_at_least(self, data: bytes, size: int) -> bytes:
