@@ -1,8 +1,7 @@
 """Busy polling after an answer (``--busy-poll-microseconds``): the loop keeps turning for its window after the last
 answer and then stops; the window is learnt from the waits between an answer and the next request (its rule:
-test_poll_window.py); every request
-and answer over HTTP and gRPC is told to the poller of the process that serves the client, and a front-end process
-gets the setting."""
+test_poll_window.py); every request and answer over HTTP and gRPC is told to the poller of the process that serves
+the client, and a front-end process gets the setting."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -59,7 +58,7 @@ def test_the_loop_turns_until_the_window_after_the_last_answer_and_then_stops(cl
     clock[0] += 1e-3
     loop.turn()
     assert loop.ready == []  # the polls of the learning are over
-    assert poll.window == pytest.approx(200e-6, rel=1e-3)
+    assert poll.window.seconds == pytest.approx(200e-6, rel=1e-3)
     poll.answered()
     for _ in range(3):
         assert len(loop.ready) == 1  # one turn queued: the loop does not sleep
@@ -82,7 +81,7 @@ def test_a_request_without_an_answer_before_it_teaches_nothing(clock: list[float
     _learn(poll, clock, 100e-6, 100)
     clock[0] += 5.0
     poll.arrived()  # a second request with no answer between: not a wait for the next request
-    assert poll.window == pytest.approx(400e-6, rel=1e-3)
+    assert poll.window.seconds == pytest.approx(400e-6, rel=1e-3)
 
 
 def test_zero_microseconds_never_polls(clock: list[float]) -> None:
