@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple
 
@@ -339,14 +340,28 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     return head + b"".join(blobs), len(head)
 
 
+# The struct format of each numeric datatype's wire element, where this machine's byte order is the wire's: a
+# model's outputs in wire bytes become Python numbers through a memoryview, with no array in between.
+_WIRE_FORMATS = {"BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b", "INT16": "h",
+                 "INT32": "i", "INT64": "q", "FP32": "f", "FP64": "d"} if sys.byteorder == "little" else {}
+
+
 def _json_data(tensor: Tensor) -> bytes:
     """A tensor's elements as a flat JSON array."""
-    if tensor.datatype in ("FP16", "BF16"):
-        raise internal(f"sending {tensor.datatype} data via JSON is not supported. "
+    datatype = tensor.datatype
+    if datatype in ("FP16", "BF16"):
+        raise internal(f"sending {datatype} data via JSON is not supported. "
                        f"Please request binary data for output {tensor.name}")
-    flat = tensor.data.ravel()
-    if tensor.datatype == "BYTES":
-        return _encode_json([x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]).encode()
-    if flat.dtype.kind in "iu":  # Python writes a list of integers as JSON does, but for the spaces
-        return repr(flat.tolist()).replace(", ", ",").encode()
-    return _encode_json(flat.tolist()).encode()
+    wire, wire_format = tensor.wire, _WIRE_FORMATS.get(datatype)
+    if wire is not None and wire_format is not None:
+        elements = memoryview(wire).cast("B").cast(wire_format).tolist()  # type: ignore[call-overload]  # a str format
+        integers = wire_format in "BHIQbhiq"
+    else:
+        flat = tensor.data.ravel()
+        if datatype == "BYTES":
+            return _encode_json([x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)
+                                 for x in flat]).encode()
+        elements, integers = flat.tolist(), flat.dtype.kind in "iu"
+    if integers:  # Python writes a list of integers as JSON does, but for the spaces
+        return repr(elements).replace(", ", ",").encode()
+    return _encode_json(elements).encode()
