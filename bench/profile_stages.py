@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -59,37 +60,48 @@ def stage_of(stack: str) -> str:
     return "other"
 
 
-def cpu_seconds(root: int) -> dict[str, tuple[float, float, int]]:
-    """User and system CPU seconds, and voluntary context switches, of ``root`` and of each of its
-    descendants, by 'pid name'."""
+class ProcessCpu(NamedTuple):
+    """What /proc counts for one process: CPU seconds, context switches, and its main thread's seconds on a run
+    queue waiting for a CPU (preempted, or woken while its CPU was taken)."""
+
+    user: float
+    system: float
+    voluntary: int
+    involuntary: int
+    runnable_waiting: float
+
+
+def cpu_seconds(root: int) -> dict[str, ProcessCpu]:
+    """ProcessCpu of ``root`` and of each of its descendants, by 'pid name'."""
     tick = os.sysconf("SC_CLK_TCK")
-    found: dict[str, tuple[float, float, int]] = {}
+    found: dict[str, ProcessCpu] = {}
     parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
-    switches: dict[int, int] = {}
+    counts: dict[int, tuple[str, ProcessCpu]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-            parents[int(entry.name)] = int(rest[1])
-            stats[int(entry.name)] = [name, rest[11], rest[12]]
-            voluntary = 0
-            try:
-                for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("voluntary_ctxt_switches"):
-                        voluntary = int(line.split()[1])
-            except OSError:
-                pass
-            switches[int(entry.name)] = voluntary
-    for pid, (name, utime, stime) in stats.items():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+            status = (entry / "status").read_text()
+            waiting_ns = int((entry / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        parents[int(entry.name)] = int(rest[1])
+        switches = {}
+        for line in status.splitlines():
+            key, _, value = line.partition(":")
+            if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                switches[key] = int(value)
+        counts[int(entry.name)] = name, ProcessCpu(
+            int(rest[11]) / tick, int(rest[12]) / tick, switches.get("voluntary_ctxt_switches", 0),
+            switches.get("nonvoluntary_ctxt_switches", 0), waiting_ns / 1e9)
+    for pid, (name, cpu) in counts.items():
         ancestor = pid
         while ancestor not in (0, 1, root):
             ancestor = parents.get(ancestor, 0)
         if ancestor == root:
-            found[f"{pid} {name}"] = (int(utime) / tick, int(stime) / tick, switches[pid])
+            found[f"{pid} {name}"] = cpu
     return found
 
 
@@ -135,6 +147,7 @@ def main() -> int:
         time.sleep(3)  # past perf_analyzer's warm-up
         before = inference_count(ports.http)
         cpu_before = cpu_seconds(server.pid)
+        started = time.monotonic()
         raw = scratch / "stacks.txt"
         if args.triton:  # CPU only: py-spy reads Python stacks
             time.sleep(args.seconds)
@@ -145,6 +158,7 @@ def main() -> int:
                             "-p", str(server.pid)], check=True, capture_output=True)
         requests = inference_count(ports.http) - before
         cpu_after = cpu_seconds(server.pid)
+        elapsed = time.monotonic() - started
         load.kill()
     if args.raw_output:
         subprocess.run(["cp", str(raw), args.raw_output], check=True)
@@ -157,16 +171,20 @@ def main() -> int:
           f"{requests} requests in {args.seconds} s ({requests / args.seconds:,.0f} infer/s), "
           f"{total / args.rate / args.seconds:.2f} cores holding a GIL\n")
     print("| stage | µs per request | share |\n|---|---|---|")
-    for stage, count in samples.most_common():
-        print(f"| {stage} | {count / args.rate / requests * 1e6:.1f} | {count / total:.0%} |")
+    for stage, in_stage in samples.most_common():
+        print(f"| {stage} | {in_stage / args.rate / requests * 1e6:.1f} | {in_stage / total:.0%} |")
     print(f"| total | {total / args.rate / requests * 1e6:.1f} | 100% |")
-    print("\n| process | CPU µs per request: user + system (/proc) | voluntary context switches per request |")
-    print("|---|---|---|")
-    for process, (user, system, switched) in cpu_after.items():
-        user0, system0, switched0 = cpu_before.get(process, (0.0, 0.0, 0))
-        if user + system > user0 + system0:
-            print(f"| {process} | {(user - user0) / requests * 1e6:.1f} + {(system - system0) / requests * 1e6:.1f} | "
-                  f"{(switched - switched0) / requests:.2f} |")
+    print("\n| process | CPU µs per request: user + system (/proc) | context switches per request: voluntary, "
+          "involuntary | main thread waiting for a CPU (share of the time) |")
+    print("|---|---|---|---|")
+    for process, now in cpu_after.items():
+        then = cpu_before.get(process, ProcessCpu(0.0, 0.0, 0, 0, 0.0))
+        if now.user + now.system > then.user + then.system:
+            print(f"| {process} | {(now.user - then.user) / requests * 1e6:.1f} + "
+                  f"{(now.system - then.system) / requests * 1e6:.1f} | "
+                  f"{(now.voluntary - then.voluntary) / requests:.2f}, "
+                  f"{(now.involuntary - then.involuntary) / requests:.2f} | "
+                  f"{(now.runnable_waiting - then.runnable_waiting) / elapsed:.0%} |")
     return 0
 
 
