@@ -340,10 +340,11 @@ def encode_response(response: InferenceResponse, request: InferenceRequest,
     return head + b"".join(blobs), len(head)
 
 
-# The struct format of each numeric datatype's wire element, where this machine's byte order is the wire's: a
-# model's outputs in wire bytes become Python numbers through a memoryview, with no array in between.
-_WIRE_FORMATS = {"BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b", "INT16": "h",
-                 "INT32": "i", "INT64": "q", "FP32": "f", "FP64": "d"} if sys.byteorder == "little" else {}
+# The datatypes whose wire bytes a memoryview reads as this machine's numbers (the wire's byte order is the host's),
+# with their numpy dtypes, whose character code is the memoryview format of the same C type: a model's outputs
+# still in wire bytes become JSON numbers with no array in between.
+_READ_FROM_WIRE = {name: dt.numpy for name, dt in BY_NAME.items()
+                   if dt.itemsize and name not in ("FP16", "BF16")} if sys.byteorder == "little" else {}
 
 
 def _json_data(tensor: Tensor) -> bytes:
@@ -352,10 +353,10 @@ def _json_data(tensor: Tensor) -> bytes:
     if datatype in ("FP16", "BF16"):
         raise internal(f"sending {datatype} data via JSON is not supported. "
                        f"Please request binary data for output {tensor.name}")
-    wire, wire_format = tensor.wire, _WIRE_FORMATS.get(datatype)
-    if wire is not None and wire_format is not None:
-        elements = memoryview(wire).cast("B").cast(wire_format).tolist()  # type: ignore[call-overload]  # a str format
-        integers = wire_format in "BHIQbhiq"
+    wire, dtype = tensor.wire, _READ_FROM_WIRE.get(datatype)
+    if wire is not None and dtype is not None:
+        elements = memoryview(wire).cast("B").cast(dtype.char).tolist()  # type: ignore[arg-type]  # a str format
+        integers = dtype.kind in "iu"
     else:
         flat = tensor.data.ravel()
         if datatype == "BYTES":
