@@ -2,7 +2,9 @@
 
 Throughput is 1000 x min(concurrency, 4) (+100 per max_batch_size step is not known here, so the
 figures depend on concurrency only); p99 is $FAKE_PA_P99_US (default 500). With $FAKE_PA_KILL_PID
-and $FAKE_PA_KILL_AT=N, the N-th run (counted in $FAKE_PA_COUNTER) kills that process and fails.
+and $FAKE_PA_KILL_AT=N, the N-th run (counted in $FAKE_PA_COUNTER) kills that process and fails. A
+--measurement-interval below $FAKE_PA_MIN_INTERVAL_MS fails as perf_analyzer does when no request finished
+in a window; each run's interval is appended to $FAKE_PA_INTERVALS.
 """
 from __future__ import annotations
 
@@ -23,6 +25,13 @@ if os.environ.get("FAKE_PA_KILL_AT") == str(count):
     os.kill(int(os.environ["FAKE_PA_KILL_PID"]), signal.SIGKILL)
     print("error: failed to connect", file=sys.stderr)
     sys.exit(99)
+interval_ms = int(args[args.index("--measurement-interval") + 1])
+if "FAKE_PA_INTERVALS" in os.environ:
+    with open(os.environ["FAKE_PA_INTERVALS"], "a") as intervals:
+        intervals.write(f"{interval_ms}\n")
+if interval_ms < int(os.environ.get("FAKE_PA_MIN_INTERVAL_MS", "0")):
+    print("Request concurrency: 1\nNo valid requests recorded within time interval. Please use a larger time window.")
+    sys.exit(3)
 concurrency = int(args[args.index("--concurrency-range") + 1].split(":")[0])
 p99 = float(os.environ.get("FAKE_PA_P99_US", "500"))
 throughput = 1000.0 * min(concurrency, 4)

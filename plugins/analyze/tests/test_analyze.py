@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from triton_serve.testing import EXAMPLE_REPOSITORY, ToyBackendsPlugin
 from triton_serve_analyze.cli import main
-from triton_serve_analyze.measure import PerfAnalyzer
+from triton_serve_analyze.measure import MeasureFailed, PerfAnalyzer
 from triton_serve_analyze.search import MEASURED
 from triton_serve_analyze.server import LocalServer, ServerClient
 
@@ -300,6 +300,20 @@ def test_unknown_model_and_bad_flags(toy_server: Any, fake_perf_analyzer: str, t
     assert "--time-budget: expected a number above 0, got '0'" in capsys.readouterr().err
     assert main([*common, "--model", "add_sub", "--perf-analyzer", str(tmp_path / "missing")]) == 2
     assert "is not an executable file" in capsys.readouterr().err
+
+
+def test_a_window_in_which_no_request_finished_is_measured_again_in_a_longer_one(
+        fake_perf_analyzer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    perf = PerfAnalyzer(fake_perf_analyzer, "localhost:1", measurement_interval_ms=200)
+    intervals = tmp_path / "fake_pa_intervals"
+    monkeypatch.setenv("FAKE_PA_MIN_INTERVAL_MS", "3000")
+    assert perf.run("add_sub", 2, 1).throughput == 2000.0
+    assert intervals.read_text().split() == ["200", "800", "3200"]
+    intervals.unlink()
+    monkeypatch.setenv("FAKE_PA_MIN_INTERVAL_MS", "4000")
+    with pytest.raises(MeasureFailed, match="No valid requests recorded .*, in windows of up to 3200 ms"):
+        perf.run("add_sub", 2, 1)
+    assert intervals.read_text().split() == ["200", "800", "3200"]
 
 
 def test_a_server_in_another_control_mode_is_refused(tmp_path: Path, tserve: Callable[..., Any],

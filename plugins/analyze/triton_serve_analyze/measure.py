@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 PERF_ANALYZER_ENV = "PERF_ANALYZER"
+# What perf_analyzer prints when a measurement window ends before any request in it finished.
+NO_VALID_REQUESTS = "No valid requests recorded within time interval"
+WIDER_WINDOW_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -60,24 +63,40 @@ class PerfAnalyzer:
         raise FileNotFoundError("perf_analyzer not found: pass --perf-analyzer PATH or set $PERF_ANALYZER "
                                 "(a triton-serve checkout's scripts/install.sh installs scripts/perf_analyzer)")
 
-    def seconds_per_run(self) -> float:
+    def seconds_per_run(self, interval_ms: int) -> float:
         """A generous bound on one run (its windows, warm-up and start-up), for the subprocess timeout."""
-        return self.measurement_interval_ms / 1000.0 * (self.max_trials + 2) * 3 + 60.0
+        return interval_ms / 1000.0 * (self.max_trials + 2) * 3 + 60.0
 
     def run(self, model: str, concurrency: int, batch_size: int) -> Measurement:
+        """One measurement. A window in which no request finished (a stall, or a model slower than the window)
+        is measured again with a window four times as long, twice at most."""
+        interval_ms = self.measurement_interval_ms
+        for _ in range(1 + WIDER_WINDOW_RETRIES):
+            measurement = self._run_once(model, concurrency, batch_size, interval_ms)
+            if measurement is not None:
+                return measurement
+            interval_ms *= 4
+        raise MeasureFailed(f"perf_analyzer: {NO_VALID_REQUESTS}, in windows of up to {interval_ms // 4} ms")
+
+    def _run_once(self, model: str, concurrency: int, batch_size: int, interval_ms: int) -> Measurement | None:
+        """One perf_analyzer run; None when its window ended before any request in it finished."""
         with tempfile.TemporaryDirectory(prefix="tserve-analyze-") as scratch:
             report = Path(scratch) / "pa.csv"
             command = [self.path, "-m", model, "-u", self.url, "-i", self.protocol,
                        "--concurrency-range", f"{concurrency}:{concurrency}", "-b", str(batch_size),
-                       "--measurement-interval", str(self.measurement_interval_ms),
+                       "--measurement-interval", str(interval_ms),
                        "--max-trials", str(self.max_trials), "--stability-percentage", f"{self.stability_percentage:g}",
                        "-f", str(report), *self.extra_flags]
+            timeout = self.seconds_per_run(interval_ms)
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=self.seconds_per_run())
+                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
-                raise MeasureFailed(f"perf_analyzer ran past {self.seconds_per_run():.0f} s") from None
+                raise MeasureFailed(f"perf_analyzer ran past {timeout:.0f} s") from None
             if done.returncode != 0 or not report.exists():
-                tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+                printed = done.stdout + done.stderr
+                if NO_VALID_REQUESTS in printed:
+                    return None
+                tail = " | ".join(printed.strip().splitlines()[-3:])
                 raise MeasureFailed(f"perf_analyzer exited with status {done.returncode}: {tail}")
             with report.open() as handle:
                 rows = list(csv.DictReader(handle))
