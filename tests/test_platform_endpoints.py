@@ -143,6 +143,20 @@ def test_vertex_ai_predict_health_and_redirect(add_model, toy_server) -> None:  
         assert client.post(predict, headers={redirect: "v2/unknown"}).status_code == 400
         assert client.get(predict, headers={redirect: "v2"}).status_code == 405
         assert client.post("/elsewhere", json=BODY).status_code == 400
+        metrics = client.post(predict, headers={redirect: "metrics"})  # the metrics port's text, as in Triton
+        assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert 'nv_inference_request_success{model="ident",version="1"} 3\n' in metrics.text
+
+
+@pytest.mark.parametrize("frontend_processes", [1])
+def test_vertex_ai_redirect_to_metrics_with_metrics_off(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    add_model("ident", IDENTITY)
+    port = free_port()
+    toy_server(platforms=_vertex(port), allow_metrics=False)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        answer = client.post("/v1/endpoints/e/deployedModels/d:predict",
+                             headers={"X-Vertex-Ai-Triton-Redirect": "metrics"})
+        assert answer.status_code == 400 and answer.content == b""
 
 
 @pytest.mark.parametrize("frontend_processes", [0])

@@ -5,6 +5,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -54,6 +55,7 @@ class DataPlane:
         self.shared_memory = SharedMemoryRegistry()
         self.is_live = True
         self.accepting = True
+        self.metrics_exposition: Callable[[], bytes] | None = None  # the metrics port's text; None: metrics off
 
     # ---- health and metadata ----------------------------------------------------------------
 
@@ -264,6 +266,13 @@ class DataPlane:
         """Unload a model (explicit mode only) and, with ``unload_dependents``, the models using it."""
         self._check_explicit()
         await self.repository.unload(name, unload_dependents=unload_dependents, repository=repository)
+
+    # ---- metrics ----------------------------------------------------------------------------
+
+    async def metrics_text(self) -> bytes:
+        if self.metrics_exposition is None:
+            raise ServerError("metrics are not enabled (--allow-metrics=false)", Status.UNAVAILABLE)
+        return self.metrics_exposition()
 
     # ---- logging ----------------------------------------------------------------------------
 

@@ -14,10 +14,10 @@ from .custom_metrics import custom_metrics
 from .frontend.http.serving import listen_socket, serve_http
 from .metrics import MetricsConfig, TritonCollector, render
 from .repository import ModelRepository
+from .seam import PROMETHEUS_TEXT
 from .system_metrics import SystemSampler
 
 log = logging.getLogger("triton_serve._engine.metrics")
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class MetricsEndpoint:
@@ -64,7 +64,7 @@ class _MetricsApp:
         if scope["type"] != "http":
             return
         if scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
-            status, content_type, body = 200, CONTENT_TYPE, self.exposition()
+            status, content_type, body = 200, PROMETHEUS_TEXT, self.exposition()
         else:
             status, content_type, body = 404, "text/plain; charset=utf-8", b"Not Found"
         await send({"type": "http.response.start", "status": status,

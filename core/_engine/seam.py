@@ -15,6 +15,10 @@ from .protos.model_config_pb2 import ModelConfig
 from .trace_settings import SettingUpdate
 
 
+# What ``DataPlaneAPI.metrics_text`` returns: Prometheus's text exposition format.
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
 class DataPlaneAPI(Protocol):
     """What a front-end may ask of the server. Every coroutine method is a call a remote front-end forwards by
     name (``REMOTE_CALLS``); ``submit`` starts a request whose responses come back through the request."""
@@ -82,6 +86,9 @@ class DataPlaneAPI(Protocol):
     async def trace_setting(self, model_name: str = "",
                             update: SettingUpdate | None = None) -> dict[str, list[str]]:
         """Apply ``update`` to the model's or the global trace settings; the settings now."""
+
+    async def metrics_text(self) -> bytes:
+        """What the metrics port serves now (``PROMETHEUS_TEXT``); ServerError (UNAVAILABLE) when metrics are off."""
 
     def submit(self, request: InferenceRequest, *, decoupled_error: str | None = None) -> None:
         """Start ``request``; its 0..N responses reach its sink (or ``request.responses()``). Raise ServerError

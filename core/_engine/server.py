@@ -147,6 +147,7 @@ class Server:
                 self.repository, options.metrics_config, address=options.metrics_address, port=options.metrics_port,
                 cache_enabled=self.dataplane.cache is not None, cpu=options.allow_cpu_metrics,
                 gpu=options.allow_gpu_metrics, interval_ms=options.metrics_interval_ms)
+            self.dataplane.metrics_exposition = self.metrics.exposition  # what a Vertex AI redirect to metrics reads
         self.poller: RepositoryPoller | None = None
         if options.model_control_mode == "poll" and options.repository_poll_secs > 0:
             self.poller = RepositoryPoller(self.repository, options.repository_poll_secs)

@@ -288,3 +288,18 @@ def test_statistics_entries_are_summed_field_by_field() -> None:
         "memory_usage": [{"type": "CPU", "id": 0, "byte_size": 64}, {"type": "GPU", "id": 0, "byte_size": 1536},
                          {"type": "GPU", "id": 1, "byte_size": 256}],
     }, other]
+
+
+def test_calls_one_replica_cannot_answer_for_the_deployment_are_refused() -> None:
+    async def table() -> dict[str, list[str]]:
+        return {}
+
+    async def refusal(call: str) -> ServerError:
+        with pytest.raises(ServerError) as refused:
+            await getattr(ChannelDataPlane(["add_sub"], "triton", table), call)()
+        return refused.value
+
+    metrics = asyncio.run(refusal("metrics_text"))  # each replica's metrics are its own server's
+    assert metrics.status is Status.UNSUPPORTED and "not supported through Ray Serve" in str(metrics)
+    logging = asyncio.run(refusal("log_settings"))
+    assert logging.status is Status.UNSUPPORTED and "the logging extension" in str(logging)

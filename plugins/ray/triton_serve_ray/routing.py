@@ -40,6 +40,7 @@ REFUSED: dict[str, tuple[str, Status]] = {
     "log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
     "update_log_settings": (not_served("the logging extension"), Status.UNSUPPORTED),
     "trace_setting": (not_served("the trace extension"), Status.UNSUPPORTED),
+    "metrics_text": (not_served("a metrics text for the deployment"), Status.UNSUPPORTED),
 }
 
 ATTEMPTS = 3  # replicas a request or call is sent to before it is answered UNAVAILABLE

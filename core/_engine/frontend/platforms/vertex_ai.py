@@ -1,6 +1,7 @@
 """The Vertex AI listener (``--allow-vertex-ai``): ``AIP_HEALTH_ROUTE`` and ``AIP_PREDICT_ROUTE``, the latter
 inferring the default model or, with ``X-Vertex-Ai-Triton-Redirect`` on a POST, serving the read-only KServe v2
-route it names (the KServe v2 app it forwards to runs the ``--http-restricted-api`` check)."""
+route it names (the KServe v2 app it forwards to runs the ``--http-restricted-api`` check) or ``metrics``, the
+metrics port's text."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import ServerError, Status
-from ...seam import DataPlaneAPI
+from ...seam import PROMETHEUS_TEXT, DataPlaneAPI
 from .forwarding import ASGIApp, Receive, Scope, Send, forward, header, reply
 
 log = logging.getLogger("triton_serve")
@@ -114,6 +115,9 @@ def vertex_ai_app(api: DataPlaneAPI, triton: ASGIApp, settings: VertexAiSettings
                 log.debug("Vertex AI redirect blocked: %s", endpoint)
                 await reply(send, 403)
                 return
+            if endpoint == "/metrics":
+                await _reply_metrics(api, send)
+                return
             served_as = redirect_method(endpoint)
             if served_as is not None:
                 await forward(triton, scope, receive, send, path=endpoint, method=served_as,
@@ -122,3 +126,16 @@ def vertex_ai_app(api: DataPlaneAPI, triton: ASGIApp, settings: VertexAiSettings
         await reply(send, 400)
 
     return app
+
+
+async def _reply_metrics(api: DataPlaneAPI, send: Send) -> None:
+    """A redirect to ``metrics``: what the metrics port serves, or, with metrics off, 400 with no body, as in
+    Triton."""
+    try:
+        text = await api.metrics_text()
+    except ServerError:
+        await reply(send, 400)
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", PROMETHEUS_TEXT.encode()), (b"content-length", str(len(text)).encode())]})
+    await send({"type": "http.response.body", "body": text})
