@@ -31,8 +31,8 @@ from triton_serve._engine.frontend.platforms.listeners import PlatformOptions
 from triton_serve._engine.frontend.header_forwarding import HeaderForwarder, forward_pattern_regex
 from triton_serve._engine.protos import grpc_service_pb2, health_pb2, health_pb2_grpc
 from triton_serve._engine.frontend.restricted import (CATEGORIES, GRPC_HEADER_PREFIX, GRPC_METHOD_CATEGORIES,
-                                                     grpc_interceptors, http_category, parse_restrictions,
-                                                     restrict_http)
+                                                     RestrictionCheck, grpc_interceptors, http_category,
+                                                     kserve_category, parse_restrictions)
 from triton_serve._engine.server import Server, ServerOptions
 from triton_serve.testing import RunningServer, ToyBackendsPlugin, free_port
 
@@ -169,6 +169,29 @@ def test_http_connection_serves_on_after_a_refused_request_with_a_body(server: R
         connection.request("POST", "/v2/models/echo/infer", body=body, headers=dict(HTTP_INFER_KEY))
         answered = connection.getresponse()
         assert (answered.status, json.loads(answered.read())["outputs"][0]["name"]) == (200, "PARAMETERS")
+    finally:
+        connection.close()
+
+
+def test_http_infer_taken_straight_from_the_parser_meets_the_same_check(server: RunningServer) -> None:
+    """POST /infer is answered by the fast protocol when allowed; the first header of the name decides there as on
+    every other route."""
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]}).encode()
+    connection = http.client.HTTPConnection(server.http_url, timeout=30)
+    try:
+        for values, status in ((["wrong", "infer-value"], 403), (["infer-value", "wrong"], 200)):
+            connection.putrequest("POST", "/v2/models/echo/infer")
+            for value in values:
+                connection.putheader("Infer-Key", value)
+            connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body)
+            answer = connection.getresponse()
+            document = json.loads(answer.read())
+            assert answer.status == status, values
+            if status == 403:
+                assert document == {"error": HTTP_REFUSED}
+            else:
+                assert document["model_name"] == "echo" and document["outputs"][0]["name"] == "PARAMETERS"
     finally:
         connection.close()
 
@@ -351,7 +374,7 @@ def test_every_grpc_rpc_has_a_category() -> None:
 def test_nothing_restricted_adds_nothing_to_either_front_end() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("not called")
-    assert restrict_http(app, {}) is app
+    assert RestrictionCheck({}).guard(app, kserve_category) is app
     assert grpc_interceptors({}) == []
 
 

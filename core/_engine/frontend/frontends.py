@@ -19,7 +19,7 @@ from .http_apps import AsgiApp, HttpAppRegistry, http_apps_of
 from .openai_listener import OPENAI_PREFIX, OpenAIOptions, openai_port_app, require_openai_plugin, restrict_openai
 from .platforms.listeners import PlatformOptions, bind_platform_listeners
 from ..seam import DataPlaneAPI
-from .restricted import Restrictions, grpc_interceptors, restrict_http, restrictions_from_json
+from .restricted import RestrictionCheck, Restrictions, grpc_interceptors, kserve_category, restrictions_from_json
 
 
 @dataclass
@@ -135,8 +135,9 @@ class Frontends:
         if http_socket is not None:
             http_frontend = HttpFrontend(self.api, options.http_max_input_size, header_forwarder=http_forwarder,
                                          mounts=mounts)
-            app = restrict_http(http_frontend.app(), options.http_restricted_api)
-            protocol = http_protocol(http_frontend, options.http_restricted_api, busy_poll)
+            check = RestrictionCheck(options.http_restricted_api)  # one check, for the ASGI app and the fast /infer
+            app = check.guard(http_frontend.app(), kserve_category)
+            protocol = http_protocol(http_frontend, check, busy_poll)
             self._tasks.append(asyncio.create_task(serve_http(app, http_socket, options.http_server, self._stopping,
                                                               options.exit_timeout_secs, protocol=protocol)))
 

@@ -132,6 +132,11 @@ class RestrictionCheck:
                        json.dumps({"error": f"This API is restricted, expecting header '{header}'"}).encode())
             for category, (header, value) in restrictions.items()}
 
+    @property
+    def restricts(self) -> bool:
+        """Whether any category is restricted."""
+        return bool(self._rules)
+
     def refusal(self, category: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
         """The 403 body for a request of ``category`` carrying ``headers`` (ASGI's lower-case names); None when
         it may proceed."""
@@ -161,11 +166,6 @@ class RestrictionCheck:
                     return
             await app(scope, receive, send)
         return restricted_app
-
-
-def restrict_http(app: AsgiApp, restrictions: Restrictions) -> AsgiApp:
-    """The KServe v2 ``app`` behind ``RestrictionCheck``; ``app`` itself when nothing is restricted."""
-    return RestrictionCheck(restrictions).guard(app, kserve_category)
 
 
 async def _discard_body(receive: Receive) -> None:

@@ -25,7 +25,7 @@ import httptools
 from ..busy_poll import BusyPoll
 from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
-from ..restricted import Restrictions
+from ..restricted import RestrictionCheck, http_category
 from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
 from .app import log as log_requests
 
@@ -38,15 +38,14 @@ _REASONS = {200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found
             500: b"Internal Server Error", 501: b"Not Implemented", 503: b"Service Unavailable"}
 
 
-def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions,
+def http_protocol(frontend: HttpFrontend | None, check: RestrictionCheck | None = None,
                   busy_poll: BusyPoll | None = None) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol, writing each response in one system call, and answering ``/infer``
-    itself when ``frontend`` is given (see the module docstring); each of those requests and answers is told to
-    ``busy_poll``."""
+    itself when ``frontend`` is given (see the module docstring) and ``check`` (the one that guards the ASGI app)
+    lets the request through; each of those requests and answers is told to ``busy_poll``."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    restriction = restrictions.get("inference")
-    required = (restriction[0].lower(), restriction[1]) if restriction else None
+    check = check if check is not None and check.restricts else None
 
     class FastInferProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -59,7 +58,7 @@ def http_protocol(frontend: HttpFrontend | None, restrictions: Restrictions,
         def on_headers_complete(self) -> None:
             exchange = None
             if frontend is not None and (self.cycle is None or self.cycle.response_complete):
-                exchange = InferExchange.take(self, frontend, required, busy_poll)
+                exchange = InferExchange.take(self, frontend, check, busy_poll)
             if exchange is None:
                 previous = self.cycle
                 super().on_headers_complete()
@@ -134,7 +133,7 @@ class InferExchange:
         return self
 
     @classmethod
-    def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend, required: tuple[str, str] | None,
+    def take(cls, protocol: HttpToolsProtocol, frontend: HttpFrontend, check: RestrictionCheck | None,
              busy_poll: BusyPoll | None) -> InferExchange | None:
         """An exchange for the request whose headers were just parsed, or None to leave it to the ASGI app."""
         parser = protocol.parser
@@ -144,14 +143,15 @@ class InferExchange:
             return None
         url = protocol.url
         path = url if url[:1] == b"/" and b"?" not in url and b"#" not in url else httptools.parse_url(url).path
-        match = INFER_PATH.fullmatch(path.decode("latin-1")) if b"%" not in path else None
+        text = path.decode("latin-1")
+        match = INFER_PATH.fullmatch(text) if b"%" not in path else None
         if match is None:
             return None
+        if check is not None and check.refusal(http_category(text), protocol.headers) is not None:
+            return None  # the ASGI app refuses it with Triton's message
         headers: dict[str, str] = {}
         for key, value in protocol.headers:  # the first header of a name wins, as in Triton
             headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
-        if required is not None and headers.get(required[0]) != required[1]:
-            return None  # the ASGI app refuses it with Triton's message
         length = headers.get(HEADER_LENGTH)
         if length is not None and length.strip() == "0":
             return None  # raw binary: the model's config decides the shape (the ASGI app asks for it)

@@ -37,12 +37,12 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False, what: str =
 async def serve_http(app: Any, sock: socket.socket, server: str, stopping: asyncio.Event,
                      graceful_timeout: float = GRACEFUL_TIMEOUT_S, *, protocol: type[asyncio.Protocol] | None = None) -> None:
     """Serve ``app`` on ``sock`` until ``stopping`` is set, then drain in-flight requests (for at most
-    ``graceful_timeout`` seconds) and return. Under uvicorn, ``protocol`` (default: ``http_protocol(None, {})``)
+    ``graceful_timeout`` seconds) and return. Under uvicorn, ``protocol`` (default: ``http_protocol(None)``)
     parses the connections."""
     if server == "hypercorn":
         await _serve_hypercorn(app, sock, stopping, graceful_timeout)
     else:
-        await _serve_uvicorn(app, sock, stopping, graceful_timeout, protocol or http_protocol(None, {}))
+        await _serve_uvicorn(app, sock, stopping, graceful_timeout, protocol or http_protocol(None))
 
 
 async def _serve_uvicorn(app: Any, sock: socket.socket, stopping: asyncio.Event, graceful_timeout: float,
