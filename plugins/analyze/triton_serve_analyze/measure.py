@@ -63,20 +63,19 @@ class PerfAnalyzer:
         raise FileNotFoundError("perf_analyzer not found: pass --perf-analyzer PATH or set $PERF_ANALYZER "
                                 "(a triton-serve checkout's scripts/install.sh installs scripts/perf_analyzer)")
 
-    def seconds_per_run(self, interval_ms: int) -> float:
+    def _seconds_per_run(self, interval_ms: int) -> float:
         """A generous bound on one run (its windows, warm-up and start-up), for the subprocess timeout."""
         return interval_ms / 1000.0 * (self.max_trials + 2) * 3 + 60.0
 
     def run(self, model: str, concurrency: int, batch_size: int) -> Measurement:
         """One measurement. A window in which no request finished (a stall, or a model slower than the window)
         is measured again with a window four times as long, twice at most."""
-        interval_ms = self.measurement_interval_ms
-        for _ in range(1 + WIDER_WINDOW_RETRIES):
+        windows_ms = [self.measurement_interval_ms * 4**retry for retry in range(1 + WIDER_WINDOW_RETRIES)]
+        for interval_ms in windows_ms:
             measurement = self._run_once(model, concurrency, batch_size, interval_ms)
             if measurement is not None:
                 return measurement
-            interval_ms *= 4
-        raise MeasureFailed(f"perf_analyzer: {NO_VALID_REQUESTS}, in windows of up to {interval_ms // 4} ms")
+        raise MeasureFailed(f"perf_analyzer: {NO_VALID_REQUESTS}, in windows of up to {windows_ms[-1]} ms")
 
     def _run_once(self, model: str, concurrency: int, batch_size: int, interval_ms: int) -> Measurement | None:
         """One perf_analyzer run; None when its window ended before any request in it finished."""
@@ -87,7 +86,7 @@ class PerfAnalyzer:
                        "--measurement-interval", str(interval_ms),
                        "--max-trials", str(self.max_trials), "--stability-percentage", f"{self.stability_percentage:g}",
                        "-f", str(report), *self.extra_flags]
-            timeout = self.seconds_per_run(interval_ms)
+            timeout = self._seconds_per_run(interval_ms)
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
