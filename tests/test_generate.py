@@ -117,6 +117,9 @@ def test_generate_errors_use_tritons_words(server) -> None:  # type: ignore[no-u
         "Converting keyword: 'parameters': Unable to parse JSON bytes array: attempt to access JSON non-string as string"
     assert error("typed", {"INPUT0": 1, "id": 3}, 500) == \
         "Unable to parse 'id': attempt to access JSON non-string as string"
+    assert error("typed", {"INPUT0": 1, "INPUT1": "\ud800"}, 400) == (  # JSON can spell a lone surrogate
+        "Unable to parse JSON bytes array of input 'INPUT1': 'utf-8' codec can't encode character '\\ud800' in "
+        "position 0: surrogates not allowed")
     assert error("batched", {"INPUT0": [1, 2, 3]}, 400) == \
         "The schema can not convert input 'INPUT0' to tensor with proper shape"
     assert error("missing", {}, 404) == "Request for unknown model: 'missing' is not found"

@@ -254,6 +254,13 @@ def test_contents_of_the_wrong_type_are_rejected(stub) -> None:  # type: ignore[
                                "'every_type' of type 'FP32', expected datatype 'INT32'")
 
 
+def test_more_dims_than_an_array_holds_are_rejected(stub) -> None:  # type: ignore[no-untyped-def]
+    error = _rpc_error(stub.ModelInfer, _request("every_type", [1] * 65, contents={"int_contents": [1]}))
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "shape of input 'INPUT_INT32' for model 'every_type' has 65 dims; at most 64 are supported")
+
+
 @pytest.mark.parametrize(("payload", "message"), [
     (b"\0" * 12, "input byte size mismatch for input 'INPUT_INT32' for model 'every_type'. Expected 16, got 12"),
     (None, "unable to find data for input tensor 'INPUT_INT32' for model 'every_type' in request."),

@@ -79,6 +79,17 @@ JSON_CASES = [
     ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"priority": "high"}}, 400,
      "priority must be an unsigned integer"),
     ({"inputs": "nope"}, 400, "request JSON must contain an 'inputs' array"),
+    # Triton's JSON reader's words, and its status (500), for values of the wrong JSON type
+    ({"inputs": [tensor(), tensor("INPUT1")], "outputs": 5}, 500,
+     "Unable to parse 'outputs': attempt to access JSON non-array as array"),
+    ({"inputs": [tensor(), {**tensor("INPUT1"), "datatype": {"INT32": 1}}]}, 500,
+     "Unable to parse 'datatype': attempt to access JSON non-string as string"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"options": {"a": 1}}}, 400,
+     "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"options": None}}, 400,
+     "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    ({"inputs": [tensor(), tensor("INPUT1", [1] * 65)]}, 400,
+     "shape of input 'INPUT1' has 65 dims; at most 64 are supported"),
 ]
 
 
@@ -88,6 +99,20 @@ def test_bad_json_requests(url: str, body: object, status: int, message: str) ->
         body = {**body, "inputs": [{k: v for k, v in item.items() if not (k == "data" and v is None)}
                                    for item in body["inputs"]]}
     assert_error(post(url, "/v2/models/add_sub/infer", body), status, message)
+
+
+def test_tensor_parameters_that_are_not_objects_are_ignored_as_triton_ignores_them(url: str) -> None:
+    body = {"inputs": [tensor(), {**tensor("INPUT1"), "parameters": [1]}],
+            "outputs": [{"name": "OUTPUT0", "parameters": "binary_data"}]}
+    response = post(url, "/v2/models/add_sub/infer", body)
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"] == [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16], "data": [2] * 16}]
+
+
+def test_an_error_quoting_a_lone_surrogate_is_still_json(url: str) -> None:
+    response = post(url, "/v2/trace/setting", content=b'{"trace_count": "\\ud800"}')
+    assert_error(response, 400, "Unable to parse 'trace_count', got: \ud800")
+    assert b"\\ud800" in response.content  # escaped: the body is ASCII
 
 
 def test_malformed_json(url: str) -> None:

@@ -66,6 +66,9 @@ def datatype_of(array: np.ndarray) -> str:
         raise ValueError(f"numpy dtype {kind} has no Triton datatype") from None
 
 
+MAX_DIMS = 64  # the most dims a tensor may have (numpy's bound on an array's)
+
+
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     count = 1
     for dim in shape:

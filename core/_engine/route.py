@@ -15,7 +15,8 @@ from .inference import InferenceRequest, InferenceResponse, Tensor
 if TYPE_CHECKING:
     from .protos.model_config_pb2 import ModelConfig
 
-_RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+# The request parameters that apply_reserved_parameters reads into request fields.
+RESERVED_PARAMETERS = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
 _NOTHING_REQUESTED: dict[str, Any] = {}  # never written: a request without "outputs" asks for all of them
 
 
@@ -66,7 +67,7 @@ class ModelRoute:
     def validate(self, request: InferenceRequest) -> None:
         """Check inputs and requested outputs against the config (Triton's messages); apply reshape."""
         name = self.name
-        if request.parameters and not _RESERVED.isdisjoint(request.parameters):
+        if request.parameters and not RESERVED_PARAMETERS.isdisjoint(request.parameters):
             apply_reserved_parameters(request)
         declared = self.inputs
         for input_name in request.inputs:

@@ -157,6 +157,10 @@ def test_unknown_model_malformed_json_and_unknown_path(base_url: str, client: op
         client.chat.completions.create(model="nope", messages=MESSAGES)  # type: ignore[arg-type]
     answer = httpx.post(f"{base_url}/chat/completions", content=b"{not json", timeout=30)
     assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
+    lone_surrogate = b'{"model": "llm_vllm", "messages": [{"role": "user", "content": "\\ud800"}]}'
+    answer = httpx.post(f"{base_url}/chat/completions", content=lone_surrogate, timeout=30)
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json", answer.text
+    assert "surrogates not allowed" in answer.json()["error"]["message"]
     answer = httpx.post(f"{base_url}/nothing", json={}, timeout=30)
     assert answer.status_code == 404 and set(answer.json()["error"]) == {"message", "type", "param", "code"}
     assert httpx.get(f"{base_url}/chat/completions", timeout=30).status_code == 405

@@ -205,9 +205,12 @@ class OpenAIApp:
                 break
         if not json_body:
             return {}
+        raw = b"".join(chunks)
         try:
-            body = json.loads(b"".join(chunks))
-        except (ValueError, UnicodeDecodeError) as error:
+            body = json.loads(raw)
+            if b"\\u" in raw or b"\xed" in raw:  # how a lone surrogate, which no tokenizer takes, can be spelt
+                json.dumps(body, ensure_ascii=False).encode()
+        except (ValueError, UnicodeDecodeError) as error:  # UnicodeEncodeError is a ValueError
             raise OpenAIError(f"the request body is not valid JSON: {error}", 400, code="invalid_json") from None
         if not isinstance(body, dict):
             raise OpenAIError("the request body must be a JSON object", 400, code="invalid_json")

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ...datatypes import BY_NAME, TensorType, StringCountError, element_count
+from ...datatypes import BY_NAME, MAX_DIMS, StringCountError, TensorType, element_count
 from ...errors import ServerError, unsupported
 from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ...protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
@@ -105,6 +105,9 @@ def decode_request(message: ModelInferRequest) -> InferenceRequest:
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise ServerError(f"shape {list(shape)} of input '{name}' for model '{model}' has negative dims")
+        if len(shape) > MAX_DIMS:
+            raise ServerError(f"shape of input '{name}' for model '{model}' has {len(shape)} dims; at most "
+                              f"{MAX_DIMS} are supported")
         shared = _shared_memory_parameters(tensor) if tensor.parameters else None
         if shared is not None:  # the data plane reads it from the region
             if tensor.HasField("contents"):

@@ -44,8 +44,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-def _error(message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(message: str, status: int) -> Response:
+    """Triton's error body (ASCII JSON: a message quoting a client's lone surrogate still encodes)."""
+    return Response(error_body(message), status, media_type="application/json")
 
 
 def is_raw_binary(headers: dict[str, str]) -> bool:

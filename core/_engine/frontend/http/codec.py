@@ -8,10 +8,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...datatypes import BY_NAME, StringCountError, element_count, from_wire_bytes, name_of_config_type
+from ...datatypes import (BY_NAME, MAX_DIMS, StringCountError, element_count, from_wire_bytes,
+                          name_of_config_type)
 from ...errors import ServerError, Status, internal
 from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 from ...protos.model_config_pb2 import ModelConfig
+from ...route import RESERVED_PARAMETERS
 from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 # Made once: json.loads and json.dumps build a decoder or an encoder on every call.
@@ -19,6 +21,9 @@ _decode_json = json.JSONDecoder().decode
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 
 _STRING, _BOOLEAN, _NUMBER = {str}, {bool}, {int, float}  # the Python types of valid JSON elements, by datatype
+# The request parameters the server reads itself, each with its own check (route.apply_reserved_parameters,
+# encode_response): any other must be a string, boolean or number.
+_READ_BY_THE_SERVER = RESERVED_PARAMETERS | {"binary_data_output"}
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")
 
@@ -85,6 +90,8 @@ def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, mod
 def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
     if not isinstance(raw, list):
         raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
+    if len(raw) > MAX_DIMS:
+        raise ServerError(f"shape of input '{name}' has {len(raw)} dims; at most {MAX_DIMS} are supported")
     count, negative = 1, False
     for dim in raw:
         if type(dim) is not int:  # bool is a subclass of int: not a dim
@@ -177,10 +184,12 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
         raise ServerError("request 'parameters' must be a JSON object")
-    for key in params:
+    for key, value in params.items():
         if key.startswith("triton_"):
             raise ServerError(f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                               f"should not be specified, got '{key}'")
+        if key not in _READ_BY_THE_SERVER:
+            request_parameter(key, value)
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
         raise ServerError("request 'id' must be a string")
@@ -192,11 +201,14 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
             raise ServerError(f"input '{spec.name}' is specified more than once for model '{model_name}'")
         names.add(spec.name)
         inputs.append(spec)
+    raw_outputs = doc.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise internal("Unable to parse 'outputs': attempt to access JSON non-array as array")
     outputs = []
-    for raw in doc.get("outputs") or []:
+    for raw in raw_outputs:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise ServerError("each requested output must be an object with a 'name'")
-        out_params = dict(raw.get("parameters") or {})
+        out_params = _tensor_parameters(raw)
         if REGION in out_params:
             if "classification" in out_params:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'classification'")
@@ -205,6 +217,20 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
             out_params.update(_shared_memory_parameters(out_params, raw["name"]))
         outputs.append((raw["name"], out_params))
     return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs))
+
+
+def request_parameter(key: str, value: Any) -> Any:
+    """``value`` if a request parameter may hold it (a string, boolean or number), else Triton's error."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    raise ServerError(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def _tensor_parameters(raw: dict[str, Any]) -> Parameters:
+    """An input's or requested output's ``parameters`` (a copy); one that is not a JSON object is ignored, as
+    Triton ignores it."""
+    params = raw.get("parameters")
+    return dict(params) if isinstance(params, dict) else {}
 
 
 def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
@@ -230,10 +256,12 @@ def _plan_input(raw: Any, model_name: str) -> _InputPlan:
         raise ServerError("each input must be an object with a string 'name'")
     name = raw["name"]
     datatype = raw.get("datatype")
+    if not isinstance(datatype, str):
+        raise internal("Unable to parse 'datatype': attempt to access JSON non-string as string")
     if datatype not in BY_NAME:
         raise ServerError(f"invalid datatype '{datatype}' for input '{name}'")
     shape = _parse_shape(name, raw.get("shape"))
-    params = raw.get("parameters") or {}
+    params = _tensor_parameters(raw)
     given = ("data" in raw) + ("binary_data_size" in params) + (REGION in params)
     if given != 1:
         raise ServerError(f"{_ONE_OF} {given} were set for input '{name}'")

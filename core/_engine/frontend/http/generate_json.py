@@ -9,6 +9,7 @@ import numpy as np
 from ...datatypes import BY_NAME
 from ...errors import ServerError, Status, internal, unsupported
 from ...inference import InferenceRequest, InferenceResponse, Tensor
+from .codec import request_parameter
 
 # The key whose object holds more keys, mapped the same way (Triton's one nested schema).
 NESTED_KEY = "parameters"
@@ -88,7 +89,7 @@ class _KeyMapping:
             else:
                 if key in self.request.parameters:
                     raise ServerError(f"parameter '{key}' is given more than once in the generate request")
-                self.request.parameters[key] = _parameter(key, value)
+                self.request.parameters[key] = request_parameter(key, value)
 
     def _map_nested(self, key: str, value: Any) -> None:
         if key in self.inputs:
@@ -110,12 +111,6 @@ class _KeyMapping:
                               f"exceeds the maximum allowed input size of {self.max_input_size}. Use "
                               "--http-max-input-size to increase the limit.")
         self.consumed += size
-
-
-def _parameter(key: str, value: Any) -> Any:
-    if isinstance(value, (str, bool, int, float)):
-        return value
-    raise ServerError(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
 
 
 def _tensor(name: str, value: Any, metadata: dict[str, Any]) -> Tensor:
@@ -140,7 +135,10 @@ def _tensor(name: str, value: Any, metadata: dict[str, Any]) -> Tensor:
         raise internal("Unable to parse 'data': Shape does not match true shape of 'data' field")
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
-        array[:] = [element.encode("utf-8") for element in elements]
+        try:
+            array[:] = [element.encode("utf-8") for element in elements]
+        except UnicodeEncodeError as error:  # a lone surrogate, which JSON's escapes can spell
+            raise ServerError(f"Unable to parse JSON bytes array of input '{name}': {error}") from None
     else:
         _check_kind(datatype, elements)
         array = np.array(elements, dtype=BY_NAME[datatype].numpy)
