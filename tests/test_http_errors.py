@@ -78,6 +78,10 @@ JSON_CASES = [
      "parameter keys starting with 'triton_' are reserved"),
     ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"priority": "high"}}, 400,
      "priority must be an unsigned integer"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"timeout": 2**64}}, 400,
+     "timeout must be an unsigned integer"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"sequence_id": -1}}, 400,
+     "sequence_id must be an unsigned integer or a string"),
     ({"inputs": "nope"}, 400, "request JSON must contain an 'inputs' array"),
     # Triton's JSON reader's words, and its status (500), for values of the wrong JSON type
     ({"inputs": [tensor(), tensor("INPUT1")], "outputs": 5}, 500,

@@ -170,8 +170,8 @@ def apply_reserved_parameters(request: InferenceRequest) -> None:
     params = request.parameters
     try:
         sequence_id = params.get("sequence_id", 0)
-        if not isinstance(sequence_id, (int, str)) or isinstance(sequence_id, bool):
-            raise TypeError("sequence_id must be an unsigned integer or a string")
+        if not isinstance(sequence_id, str):
+            sequence_id = _as_uint(sequence_id, "sequence_id", "an unsigned integer or a string")
         request.sequence_id = sequence_id
         request.sequence_start = _as_bool(params.get("sequence_start", False), "sequence_start")
         request.sequence_end = _as_bool(params.get("sequence_end", False), "sequence_end")
@@ -187,9 +187,10 @@ def _as_bool(value: Any, name: str) -> bool:
     return value
 
 
-def _as_uint(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{name} must be an unsigned integer")
+def _as_uint(value: Any, name: str, kind: str = "an unsigned integer") -> int:
+    """``value`` if it is an unsigned 64-bit integer (what Triton reads these parameters as)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**64:
+        raise TypeError(f"{name} must be {kind}")
     return value
 
 
