@@ -333,6 +333,8 @@ def test_bad_registrations(api: Api, segment: Callable[[int], Segment]) -> None:
         (Status.INTERNAL, "Unable to open shared memory region: '/etc/passwd'",
          lambda: api.register("x", "/etc/passwd", 64)),
         (Status.INTERNAL, "Unable to open shared memory region: '../x'", lambda: api.register("x", "../x", 64)),
+        (Status.INTERNAL, "Unable to open shared memory region: '/a\0b' (registering 'x': not a shared memory key)",
+         lambda: api.register("x", "/a\0b", 64)),
         (Status.INTERNAL, f"Unable to open shared memory region: '/{Path(link).name}'",
          lambda: api.register("x", "/" + Path(link).name, 64)),  # a link out of /dev/shm is not followed
         (Status.INVALID_ARG, "failed to register shared memory region 'x': invalid args",

@@ -126,10 +126,10 @@ class SystemRegion(Region):
 
 def _open_object(name: str, key: str) -> int:
     """Open a POSIX shared-memory object as shm_open does: one name under SHM_DIRECTORY, never a path
-    elsewhere (no '/' past the leading ones), a regular file, and not through a symbolic link."""
+    elsewhere (no '/' past the leading ones, no NUL), a regular file, and not through a symbolic link."""
     bare = key.lstrip("/")
     error = f"Unable to open shared memory region: '{key}' (registering '{name}'"
-    if not bare or "/" in bare:
+    if not bare or "/" in bare or "\0" in bare:
         raise ServerError(f"{error}: not a shared memory key)", Status.INTERNAL)
     try:
         fd = os.open(os.path.join(SHM_DIRECTORY, bare), os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
