@@ -14,6 +14,7 @@ from triton_serve._engine.frontend.http.generate_json import generate_request
 
 from .conftest import FRONTEND_MODES
 from .test_grpc import FAILING, REPEAT
+from .test_http_codec import ANY_JSON, json_places, with_value
 
 TYPED = """
 backend: "toy_identity"
@@ -215,3 +216,20 @@ def test_an_empty_output_of_another_datatype_answers_an_empty_list(add_model, to
     assert reply.status_code == 500
     assert reply.json()["error"] == ("model 'empty_text' returned output 'OUTPUT0' with datatype 'FP64', but its "
                                      "config declares 'BYTES'")
+
+
+def test_any_json_value_anywhere_in_a_generate_body_is_a_request_or_a_server_error() -> None:
+    inputs = {"TEXT": {"datatype": "BYTES", "shape": [1]}, "IDS": {"datatype": "INT64", "shape": [-1, 2]},
+              "F": {"datatype": "FP32", "shape": [-1]}}
+    body = {"TEXT": "hi", "IDS": [1, 2], "F": [0.5], "n": 2, "id": "r", "parameters": {"max_tokens": 8, "TEXT": "x"}}
+    answered = refused = 0
+    for path in json_places(body):
+        for value in ANY_JSON:
+            try:
+                request = generate_request(with_value(body, path, value), inputs, "m", None, 1 << 20)
+            except ServerError:
+                refused += 1
+                continue
+            answered += 1
+            assert all(type(v) in (str, bool, int, float) for v in request.parameters.values()), (path, value)
+    assert answered and refused

@@ -117,3 +117,49 @@ def test_integer_outputs_and_the_kept_heads_write_what_the_json_encoder_writes()
                 {"name": "U", "datatype": "UINT8", "shape": [1, 2], "data": [0, 255]},
                 {"name": "E", "datatype": "INT32", "shape": [0], "data": []},
                 {"name": "B", "datatype": "BOOL", "shape": [2], "data": [True, False]}]})
+
+
+# Every JSON value a client can put at each place of an /infer body; the parser answers each with a request or a
+# ServerError (Triton's words, a status), never another exception (which the server logs as its own bug, 500).
+ANY_JSON = [None, True, 0, -1, 2**70, 1.5, "", "x", "\ud800", [], [1], [[]], [1] * 65, {}, {"a": 1}]
+BODY = {"id": "r", "parameters": {"p": 1, "sequence_id": 1, "priority": 1, "binary_data_output": True},
+        "inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]},
+                   {"name": "S", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 7}}],
+        "outputs": [{"name": "OUT", "parameters": {"binary_data": True, "classification": 1}}]}
+
+
+def json_places(doc: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """The path of every value in ``doc``, containers included."""
+    found = [path] if path else []
+    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    for key, value in children:
+        found += json_places(value, (*path, key))
+    return found
+
+
+def with_value(doc: object, path: tuple[object, ...], value: object) -> object:
+    copy = json.loads(json.dumps(doc))
+    parent = copy
+    for key in path[:-1]:
+        parent = parent[key]  # type: ignore[index]
+    parent[path[-1]] = value  # type: ignore[index]
+    return copy
+
+
+def test_any_json_value_anywhere_in_a_body_is_a_request_or_a_server_error() -> None:
+    from triton_serve._engine.route import apply_reserved_parameters
+    blob = memoryview(struct.pack("<I", 3) + b"abc")
+    answered = refused = 0
+    for path in json_places(BODY):
+        for value in ANY_JSON:
+            header = json.dumps(with_value(BODY, path, value)).encode()
+            try:
+                request = parse_request(header, blob, "m", None)
+                apply_reserved_parameters(request)
+            except ServerError:
+                refused += 1
+                continue
+            answered += 1
+            assert all(type(v) in (str, bool, int, float) for v in request.parameters.values()), (path, value)
+            assert all(type(o.parameters) is dict for o in request.outputs), (path, value)
+    assert answered and refused  # both kinds of answer were exercised

@@ -92,6 +92,8 @@ JSON_CASES = [
      "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."),
     ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"options": None}}, 400,
      "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"binary_data_output": "yes"}}, 500,
+     "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"),
     ({"inputs": [tensor(), tensor("INPUT1", [1] * 65)]}, 400,
      "shape of input 'INPUT1' has 65 dims; at most 64 are supported"),
 ]

@@ -188,6 +188,8 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
         if key.startswith("triton_"):
             raise ServerError(f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                               f"should not be specified, got '{key}'")
+        if key == "binary_data_output" and not isinstance(value, bool):
+            raise internal("Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean")
         if key not in _READ_BY_THE_SERVER:
             request_parameter(key, value)
     request_id = doc.get("id", "")
