@@ -318,3 +318,17 @@ def test_unknown_model_decoupled_model_and_failing_model(client) -> None:  # typ
             client.infer(model, [tensor])
         assert (raised.value.status(), raised.value.message()) == (status, message)
     assert client.is_server_ready()
+
+
+def test_response_parameters_take_the_proto_field_their_value_fits() -> None:
+    from triton_serve._engine.errors import ServerError, Status
+    from triton_serve._engine.frontend.grpc.codec import params_to_proto
+    message = service_pb2.ModelInferResponse()
+    params_to_proto({"low": -2**63, "high": 2**64 - 1, "one": 1, "flag": True}, message.parameters)
+    assert [message.parameters[key].WhichOneof("parameter_choice") for key in ("low", "high", "one", "flag")] == \
+        ["int64_param", "uint64_param", "int64_param", "bool_param"]
+    for value in (2**64, -2**63 - 1):
+        with pytest.raises(ServerError) as raised:
+            params_to_proto({"n": value}, message.parameters)
+        assert raised.value.status is Status.UNSUPPORTED
+        assert raised.value.message == f"Response parameter 'n' is {value}, which fits neither int64_param nor uint64_param"

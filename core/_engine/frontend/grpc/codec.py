@@ -61,6 +61,9 @@ def params_to_proto(values: Parameters, params: Any) -> None:
         if isinstance(value, (bool, np.bool_)):
             param.bool_param = bool(value)
         elif isinstance(value, (int, np.integer)):
+            if not -_INT64_MAX - 1 <= value < 2**64:
+                raise unsupported(f"Response parameter '{key}' is {value}, which fits neither int64_param nor "
+                                  "uint64_param")
             if value > _INT64_MAX:
                 param.uint64_param = int(value)
             else:
