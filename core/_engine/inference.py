@@ -14,6 +14,8 @@ from .datatypes import BY_NAME, check_bytes_elements, element_count, from_wire_b
 from .errors import ServerError, Status
 
 Parameters = dict[str, Any]
+# The request parameters that set a request's scheduling fields (route.apply_reserved_parameters reads them).
+RESERVED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"})
 
 
 class Tensor:

@@ -10,13 +10,11 @@ import numpy as np
 
 from .datatypes import BY_NAME, element_count, name_of_config_type
 from .errors import ServerError, internal
-from .inference import InferenceRequest, InferenceResponse, Tensor
+from .inference import RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
     from .protos.model_config_pb2 import ModelConfig
 
-# The request parameters that apply_reserved_parameters reads into request fields.
-RESERVED_PARAMETERS = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
 _NOTHING_REQUESTED: dict[str, Any] = {}  # never written: a request without "outputs" asks for all of them
 
 

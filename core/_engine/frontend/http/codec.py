@@ -11,9 +11,9 @@ import numpy as np
 from ...datatypes import (BY_NAME, MAX_DIMS, StringCountError, element_count, from_wire_bytes,
                           name_of_config_type)
 from ...errors import ServerError, Status, internal
-from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from ...inference import (RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, Parameters, RequestedOutput,
+                          Tensor)
 from ...protos.model_config_pb2 import ModelConfig
-from ...route import RESERVED_PARAMETERS
 from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
 # Made once: json.loads and json.dumps build a decoder or an encoder on every call.
