@@ -16,6 +16,12 @@ max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
+ONE_INPUT = """
+backend: "toy_identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]
+"""
 
 # What server metadata lists with the plugins this repository installs (Triton 2.51's names).
 EXTENSIONS = {"classification", "sequence", "model_repository", "model_repository(unload_dependents)",
@@ -98,6 +104,23 @@ def test_raw_binary_bytes_input_needs_shape_one(add_model, toy_server) -> None: 
                           headers={"Inference-Header-Content-Length": "0"})
     assert response.status_code == 400
     assert response.json()["error"] == ("For BYTE datatype raw input 'INPUT0', the model must have input shape [1]")
+
+
+@pytest.mark.parametrize(("size", "answer"), [
+    (64, 200),  # the one INT32 [16] the dims hold, batch 1
+    (0, "input byte size mismatch for input 'INPUT0' for model 'one_input'. Expected 64, got 0"),
+    (128, "input byte size mismatch for input 'INPUT0' for model 'one_input'. Expected 64, got 128"),
+])
+def test_raw_binary_body_must_fill_fixed_dims(add_model, toy_server, size: int,  # type: ignore[no-untyped-def]
+                                              answer: int | str) -> None:
+    add_model("one_input", ONE_INPUT)
+    server = toy_server()
+    response = httpx.post(f"http://{server.http_url}/v2/models/one_input/infer", content=bytes(size),
+                          headers={"Inference-Header-Content-Length": "0"})
+    if answer == 200:
+        assert response.status_code == 200, response.text
+    else:
+        assert (response.status_code, response.json()["error"]) == (400, answer)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

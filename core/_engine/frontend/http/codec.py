@@ -299,10 +299,14 @@ def parse_raw_binary(body: bytes, config: ModelConfig, model_name: str, version:
             raise ServerError(f"The shape of the raw input '{spec.name}' can not be deduced because there are "
                               "more than one variable-sized dimension")
         itemsize = BY_NAME[datatype].itemsize
-        known = element_count([d for d in dims if d != -1]) * itemsize
-        if known == 0 or len(body) % known:
+        known = element_count([d for d in dims if d != -1]) * itemsize  # bytes of one step of the variable dim
+        if -1 in dims and known == 0:
             raise ServerError(f"unexpected size {len(body)} for raw input '{spec.name}' of model '{model_name}'")
         shape = tuple(len(body) // known if d == -1 else d for d in dims)
+        expected = element_count(shape) * itemsize
+        if len(body) != expected:
+            raise ServerError(f"input byte size mismatch for input '{spec.name}' for model '{model_name}'. "
+                              f"Expected {expected}, got {len(body)}")
         array = from_wire_bytes(datatype, shape, memoryview(body))
     if config.max_batch_size > 0:
         shape = (1, *shape)
