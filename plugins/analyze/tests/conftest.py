@@ -36,7 +36,8 @@ def fake_perf_analyzer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("FAKE_PA_COUNTER", str(tmp_path / "fake_pa_runs"))
     monkeypatch.setenv("FAKE_PA_INTERVALS", str(tmp_path / "fake_pa_intervals"))
-    for name in ("FAKE_PA_P99_US", "FAKE_PA_KILL_AT", "FAKE_PA_KILL_PID", "FAKE_PA_MIN_INTERVAL_MS"):
+    for name in ("FAKE_PA_P99_US", "FAKE_PA_KILL_AT", "FAKE_PA_KILL_PID", "FAKE_PA_MIN_INTERVAL_MS",
+                 "FAKE_PA_STABLE_FROM_MS"):
         monkeypatch.delenv(name, raising=False)
     return str(script)
 

@@ -4,7 +4,8 @@ Throughput is 1000 x min(concurrency, 4) (+100 per max_batch_size step is not kn
 figures depend on concurrency only); p99 is $FAKE_PA_P99_US (default 500). With $FAKE_PA_KILL_PID
 and $FAKE_PA_KILL_AT=N, the N-th run (counted in $FAKE_PA_COUNTER) kills that process and fails. A
 --measurement-interval below $FAKE_PA_MIN_INTERVAL_MS fails as perf_analyzer does when no request finished
-in a window; each run's interval is appended to $FAKE_PA_INTERVALS.
+in a window, one below $FAKE_PA_STABLE_FROM_MS as it does when its windows never agree; each run's interval is
+appended to $FAKE_PA_INTERVALS.
 """
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ if "FAKE_PA_INTERVALS" in os.environ:
 if interval_ms < int(os.environ.get("FAKE_PA_MIN_INTERVAL_MS", "0")):
     print("Request concurrency: 1\nNo valid requests recorded within time interval. Please use a larger time window.")
     sys.exit(3)
+if interval_ms < int(os.environ.get("FAKE_PA_STABLE_FROM_MS", "0")):
+    print("Request concurrency: 1\nFailed to obtain stable measurement within 3 measurement windows for concurrency 1."
+          " Please try to increase the --measurement-interval.\nFailed to obtain stable measurement.")
+    sys.exit(2)
 concurrency = int(args[args.index("--concurrency-range") + 1].split(":")[0])
 p99 = float(os.environ.get("FAKE_PA_P99_US", "500"))
 throughput = 1000.0 * min(concurrency, 4)

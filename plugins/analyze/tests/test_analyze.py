@@ -302,16 +302,20 @@ def test_unknown_model_and_bad_flags(toy_server: Any, fake_perf_analyzer: str, t
     assert "is not an executable file" in capsys.readouterr().err
 
 
-def test_a_window_in_which_no_request_finished_is_measured_again_in_a_longer_one(
-        fake_perf_analyzer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("variable", "message"), [
+    ("FAKE_PA_MIN_INTERVAL_MS", "No valid requests recorded within time interval"),
+    ("FAKE_PA_STABLE_FROM_MS", "Failed to obtain stable measurement"),
+], ids=["no request finished", "never stable"])
+def test_windows_too_short_for_the_machine_are_measured_again_in_longer_ones(
+        fake_perf_analyzer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, message: str) -> None:
     perf = PerfAnalyzer(fake_perf_analyzer, "localhost:1", measurement_interval_ms=200)
     intervals = tmp_path / "fake_pa_intervals"
-    monkeypatch.setenv("FAKE_PA_MIN_INTERVAL_MS", "3000")
+    monkeypatch.setenv(variable, "3000")
     assert perf.run("add_sub", 2, 1).throughput == 2000.0
     assert intervals.read_text().split() == ["200", "800", "3200"]
     intervals.unlink()
-    monkeypatch.setenv("FAKE_PA_MIN_INTERVAL_MS", "4000")
-    with pytest.raises(MeasureFailed, match="No valid requests recorded .*, in windows of up to 3200 ms"):
+    monkeypatch.setenv(variable, "4000")
+    with pytest.raises(MeasureFailed, match=f"^perf_analyzer: {message}, in windows of up to 3200 ms$"):
         perf.run("add_sub", 2, 1)
     assert intervals.read_text().split() == ["200", "800", "3200"]
 

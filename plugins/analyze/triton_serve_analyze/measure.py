@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 PERF_ANALYZER_ENV = "PERF_ANALYZER"
-# What perf_analyzer prints when a measurement window ends before any request in it finished.
+# What perf_analyzer prints when its windows are too short for the model or the machine: one ended before any
+# request in it finished, or its windows' rates were further apart than even the stability percentage allows
+# (a stall in one of them).
 NO_VALID_REQUESTS = "No valid requests recorded within time interval"
+UNSTABLE = "Failed to obtain stable measurement"
+WINDOW_TOO_SHORT = (NO_VALID_REQUESTS, UNSTABLE)
 WIDER_WINDOW_RETRIES = 2
 
 
@@ -68,17 +72,17 @@ class PerfAnalyzer:
         return interval_ms / 1000.0 * (self.max_trials + 2) * 3 + 60.0
 
     def run(self, model: str, concurrency: int, batch_size: int) -> Measurement:
-        """One measurement. A window in which no request finished (a stall, or a model slower than the window)
-        is measured again with a window four times as long, twice at most."""
+        """One measurement. Windows too short for the model or the machine (``WINDOW_TOO_SHORT``: a stall, or a
+        model slower than the window) are measured again in windows four times as long, twice at most."""
         windows_ms = [self.measurement_interval_ms * 4**retry for retry in range(1 + WIDER_WINDOW_RETRIES)]
         for interval_ms in windows_ms:
             measurement = self._run_once(model, concurrency, batch_size, interval_ms)
-            if measurement is not None:
+            if isinstance(measurement, Measurement):
                 return measurement
-        raise MeasureFailed(f"perf_analyzer: {NO_VALID_REQUESTS}, in windows of up to {windows_ms[-1]} ms")
+        raise MeasureFailed(f"perf_analyzer: {measurement}, in windows of up to {windows_ms[-1]} ms")
 
-    def _run_once(self, model: str, concurrency: int, batch_size: int, interval_ms: int) -> Measurement | None:
-        """One perf_analyzer run; None when its window ended before any request in it finished."""
+    def _run_once(self, model: str, concurrency: int, batch_size: int, interval_ms: int) -> Measurement | str:
+        """One perf_analyzer run: its measurement, or which of ``WINDOW_TOO_SHORT`` it printed."""
         with tempfile.TemporaryDirectory(prefix="tserve-analyze-") as scratch:
             report = Path(scratch) / "pa.csv"
             command = [self.path, "-m", model, "-u", self.url, "-i", self.protocol,
@@ -93,8 +97,9 @@ class PerfAnalyzer:
                 raise MeasureFailed(f"perf_analyzer ran past {timeout:.0f} s") from None
             if done.returncode != 0 or not report.exists():
                 printed = done.stdout + done.stderr
-                if NO_VALID_REQUESTS in printed:
-                    return None
+                too_short = next((message for message in WINDOW_TOO_SHORT if message in printed), None)
+                if too_short is not None:
+                    return too_short
                 tail = " | ".join(printed.strip().splitlines()[-3:])
                 raise MeasureFailed(f"perf_analyzer exited with status {done.returncode}: {tail}")
             with report.open() as handle:
