@@ -210,7 +210,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     for raw in raw_outputs:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
             raise ServerError("each requested output must be an object with a 'name'")
-        out_params = _tensor_parameters(raw)
+        out_params = dict(_tensor_parameters(raw))  # the plan's own: shared-memory values are added to it
         if REGION in out_params:
             if "classification" in out_params:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'classification'")
@@ -229,10 +229,10 @@ def request_parameter(key: str, value: Any) -> Any:
 
 
 def _tensor_parameters(raw: dict[str, Any]) -> Parameters:
-    """An input's or requested output's ``parameters`` (a copy); one that is not a JSON object is ignored, as
-    Triton ignores it."""
+    """An input's or requested output's ``parameters``; one that is not a JSON object is ignored, as Triton
+    ignores it."""
     params = raw.get("parameters")
-    return dict(params) if isinstance(params, dict) else {}
+    return params if isinstance(params, dict) else {}
 
 
 def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters:
