@@ -15,7 +15,8 @@
 # pytest run's own) to $OUT when set, else to build/gpu-check. Exit status 1 if any check FAILed, else 0.
 #
 # Environment: GPU_CHECK_PYTHON (python3: the machine's Python, which holds torch), GPU_WHEELHOUSE
-# (build/gpu-wheelhouse), GPU_CHECK_VENV (/tmp/gpu-check-venv), GPU_CHECK_BUDGET_S (420), GPU_CHECK_ONLY (an
+# (build/gpu-wheelhouse), GPU_LARGE_PARTS (/tmp/gpu-large: the parts of scripts/gpu_large_wheels.sh, where
+# earlier calls brought them), GPU_CHECK_VENV (/tmp/gpu-check-venv), GPU_CHECK_BUDGET_S (420), GPU_CHECK_ONLY (an
 # extended regular expression: only the checks whose names match it run, e.g. 'torch|metrics' for a rerun).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +115,35 @@ else
     PY=$PYTHON
     "$PY" "$REPORT" record "setup (offline install)" FAIL "the virtual environment or the offline install failed (above)"
     finish
+fi
+
+# onnxruntime-gpu and a CUDA XGBoost (with LightGBM and Treelite), where earlier device calls brought the parts
+# scripts/gpu_large_wheels.sh cut: unpacked into the environment's own site-packages, with the machine's nvidia-*
+# library wheels linked beside them, as `pip install onnxruntime-gpu[cuda,cudnn]` lays them out. Without the
+# parts, the ONNX Runtime and FIL checks skip as before.
+add_large_wheels() {
+    local own_site digest parts
+    own_site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    mapfile -t parts < <(ls "$LARGE"/part-* 2>/dev/null | sort -V)
+    digest=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
+    if [[ $digest != "$(cat "$LARGE/SHA256")" ]]; then
+        echo "${#parts[@]} parts in $LARGE do not make the archive SHA256 names: one is missing or was cut short"
+        return 1
+    fi
+    cat "${parts[@]}" | xz -d | tar xf - -C "$own_site" || return 1
+    local nvidia
+    nvidia=$("$PYTHON" -c 'import glob, site; print(next(iter(glob.glob(site.getsitepackages()[0] + "/nvidia")), ""))')
+    [[ -z $nvidia || -e $own_site/nvidia ]] || ln -s "$nvidia" "$own_site/nvidia"
+    "$PY" -m pip list 2>/dev/null | grep -iE "^(onnxruntime-gpu|xgboost|lightgbm|treelite) "
+}
+LARGE=${GPU_LARGE_PARTS:-/tmp/gpu-large}
+if [[ -f $LARGE/SHA256 ]]; then
+    echo "---- onnxruntime-gpu and the CUDA XGBoost from $LARGE"
+    if add_large_wheels; then
+        "$PY" "$REPORT" record "large wheels (onnxruntime-gpu, CUDA XGBoost)" PASS "unpacked from $LARGE"
+    else
+        "$PY" "$REPORT" record "large wheels (onnxruntime-gpu, CUDA XGBoost)" FAIL "not unpacked (above)"
+    fi
 fi
 
 echo

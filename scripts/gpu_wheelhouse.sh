@@ -8,8 +8,8 @@
 # wheelhouse brings what it lacks: this project's wheels (the core and the plugins whose tests need a GPU), the
 # core's web servers and the tritonclient test client with their dependencies, and the grpcio, protobuf and
 # ml_dtypes versions the core and tritonclient accept, in case the machine's are outside them (pip installs one
-# of these only where the machine's does not do). It does not bring onnxruntime-gpu or a CUDA build of XGBoost:
-# hundreds of MB each, far over the 64 MiB that may travel.
+# of these only where the machine's does not do). It does not bring onnxruntime-gpu or a CUDA build of XGBoost,
+# hundreds of MB each, far over the 64 MiB that may travel: scripts/gpu_large_wheels.sh cuts those into parts.
 #
 # Environment: GPU_PYTHON_VERSION (3.12: the device's Python; set 3.11 etc. for a dry run on another Python),
 # GPU_WHEELHOUSE (build/gpu-wheelhouse), PYTHON (python3: runs pip here).

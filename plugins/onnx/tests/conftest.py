@@ -16,6 +16,7 @@ import tritonclient.http as http
 from onnx import TensorProto, helper
 
 from triton_serve.testing import RunningServer
+from triton_serve_onnx.session import load_gpu_libraries
 
 IR_VERSION = 10  # onnx 1.23 writes IR 14 by default, newer than this onnxruntime reads
 OPSET = 20
@@ -161,6 +162,7 @@ def cuda_works() -> bool:
     """Whether onnxruntime can run a session on CUDAExecutionProvider here (it falls back to CPU if not)."""
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return False
+    load_gpu_libraries()  # as the backend does before a GPU session
     session = onnxruntime.InferenceSession(OnnxTestKit.double_model(), providers=["CUDAExecutionProvider"])
     return "CUDAExecutionProvider" in session.get_providers()
 

@@ -68,3 +68,31 @@ def test_a_gpu_session_that_falls_back_to_cpu_is_refused(kit: Any, tmp_path: Pat
     assert caught.value.message.startswith(f"instance 'mlp_0_0' of model 'mlp' needs ONNX Runtime's {provider}")
     assert "ONNX Runtime fell back to CPUExecutionProvider" in caught.value.message or \
         "which this onnxruntime build does not have" in caught.value.message
+
+
+def test_gpu_libraries_are_loaded_from_the_nvidia_wheels_and_a_failure_is_only_logged(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """What onnxruntime.preload_dlls reports (by printing) goes to the log; an error in it does not stop the load,
+    which check_enabled then judges by the providers the session really has."""
+    import onnxruntime
+
+    from triton_serve_onnx.session import load_gpu_libraries
+
+    calls = []
+
+    def preload_that_prints() -> None:
+        calls.append("printed")
+        print("Failed to load libcudart.so.13: not found")
+
+    def preload_that_raises() -> None:
+        calls.append("raised")
+        raise RuntimeError("Invalid parameter of directory=None")
+
+    caplog.set_level("INFO", logger="triton_serve_onnx.session")
+    for preload in (preload_that_prints, preload_that_raises):
+        monkeypatch.setattr(onnxruntime, "preload_dlls", preload, raising=False)
+        load_gpu_libraries.__wrapped__()  # past the once-per-process cache
+    assert calls == ["printed", "raised"]
+    said = [record.getMessage() for record in caplog.records]
+    assert said == ["onnxruntime.preload_dlls(): Failed to load libcudart.so.13: not found",
+                    "onnxruntime.preload_dlls(): RuntimeError: Invalid parameter of directory=None"]

@@ -1,6 +1,10 @@
 """Opening ONNX Runtime sessions: the model file, the options and providers from the config, clear errors."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -8,10 +12,12 @@ from typing import Any
 from triton_serve.plugin import InstanceSpec, ModelSpec, ServerError, Status
 
 from .parameters import OnnxRuntimeParameters, run_options, session_options
-from .providers import CPU, Provider, check_enabled, choose_providers
+from .providers import CPU, CUDA, TENSORRT, Provider, check_enabled, choose_providers
 from .runner import SessionRunner
 from .signature import read_signature
 from .validation import check_config_matches_model
+
+log = logging.getLogger(__name__)
 
 
 def open_instance_session(model: ModelSpec, instance: InstanceSpec) -> SessionRunner:
@@ -21,6 +27,8 @@ def open_instance_session(model: ModelSpec, instance: InstanceSpec) -> SessionRu
     parameters: OnnxRuntimeParameters = model.parameters
     providers = choose_providers(model.config, parameters, instance, model.name,
                                  onnxruntime.get_available_providers())
+    if any(name in (CUDA, TENSORRT) for name, _ in providers):
+        load_gpu_libraries()
     options = session_options(parameters, model.config, model.name)
     per_run = run_options(parameters, model.name, instance)
     session = create_session(model_path(model), options, providers, model.name)
@@ -28,6 +36,27 @@ def open_instance_session(model: ModelSpec, instance: InstanceSpec) -> SessionRu
     signature = read_signature(session)
     check_config_matches_model(model.config, signature, model.name)
     return SessionRunner(session, signature, model.config, model.name, per_run)
+
+
+@functools.cache
+def load_gpu_libraries() -> None:
+    """Load, once per process, the CUDA and cuDNN libraries onnxruntime-gpu's providers need from the
+    ``nvidia-*`` wheels installed beside it (``onnxruntime-gpu[cuda,cudnn]``): ONNX Runtime does not look there
+    by itself unless torch loaded them first. Where they are not found, the system's are used; a provider that
+    still cannot start is reported by ``check_enabled``."""
+    import onnxruntime
+
+    preload = getattr(onnxruntime, "preload_dlls", None)  # ONNX Runtime 1.21 and later
+    if preload is None:
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):  # it reports what it could not load by printing
+            preload()
+    except Exception as error:  # a layout it does not expect: the system's libraries may still do
+        said.write(f"{type(error).__name__}: {error}")
+    if said.getvalue().strip():
+        log.info("onnxruntime.preload_dlls(): %s", " ".join(said.getvalue().split()))
 
 
 def open_probe_session(model: ModelSpec) -> Any:
