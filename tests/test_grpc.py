@@ -185,10 +185,25 @@ def test_request_parameters(client, stub) -> None:  # type: ignore[no-untyped-de
                                "following keys starting with 'triton_' are allowed: "
                                "triton_enable_empty_final_response")
     del request.parameters["triton_x"]
-    request.parameters["sequence_start"].string_param = "yes"
-    error = _rpc_error(stub.ModelInfer, request)
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "sequence_start must be a boolean" in error.details()
+    # the parameters the server reads itself take the proto fields Triton takes them from, with its words
+    for key, field, value, details in [
+        ("sequence_start", "string_param", "yes", "invalid value type for 'sequence_start' parameter, expected "
+                                                  "bool_param."),
+        ("sequence_end", "int64_param", 1, "invalid value type for 'sequence_end' parameter, expected bool_param."),
+        ("sequence_id", "uint64_param", 7, "invalid value type for 'sequence_id' parameter, expected int64_param "
+                                           "or string_param."),
+        ("priority", "bool_param", True, "invalid value type for 'priority' parameter, expected int64_param or "
+                                         "uint64_param."),
+        ("priority", "int64_param", -1, "invalid value for 'priority', expected value >= 0."),
+        ("timeout", "uint64_param", 5, "invalid value type for 'timeout' parameter, expected int64_param."),
+    ]:
+        setattr(request.parameters[key], field, value)
+        error = _rpc_error(stub.ModelInfer, request)
+        assert (error.code(), error.details()) == (grpc.StatusCode.INVALID_ARGUMENT, details), key
+        del request.parameters[key]
+    request.parameters["sequence_id"].int64_param = -1  # read as 2**64 - 1, as Triton reads it; the timeout too
+    request.parameters["timeout"].int64_param = -1
+    assert stub.ModelInfer(request).model_name == "every_type"
 
 
 def test_aio_client(server) -> None:  # type: ignore[no-untyped-def]

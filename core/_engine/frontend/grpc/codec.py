@@ -8,7 +8,8 @@ import numpy as np
 
 from ...datatypes import BY_NAME, MAX_DIMS, StringCountError, TensorType, element_count
 from ...errors import ServerError, unsupported
-from ...inference import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from ...inference import (RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, Parameters, RequestedOutput,
+                          Tensor)
 from ...protos.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse
 from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
@@ -76,8 +77,27 @@ def params_to_proto(values: Parameters, params: Any) -> None:
             raise unsupported(f"Response parameter '{key}' of type '{type(value).__name__}' is not supported")
 
 
+# The fields each request parameter the server reads itself may use, and how Triton's words name them.
+_RESERVED_FIELDS = {
+    "sequence_id": ({"int64_param", "string_param"}, "int64_param or string_param"),
+    "sequence_start": ({"bool_param"}, "bool_param"),
+    "sequence_end": ({"bool_param"}, "bool_param"),
+    "priority": ({"int64_param", "uint64_param"}, "int64_param or uint64_param"),
+    "timeout": ({"int64_param"}, "int64_param"),
+}
+
+
 def _request_parameters(params: Mapping[str, InferParameter]) -> Parameters:
     values = params_from_proto(params)
+    for key in RESERVED_PARAMETERS.intersection(values):
+        fields, expected = _RESERVED_FIELDS[key]
+        field = params[key].WhichOneof("parameter_choice")
+        if field not in fields:
+            raise ServerError(f"invalid value type for '{key}' parameter, expected {expected}.")
+        if field == "int64_param" and values[key] < 0:
+            if key == "priority":
+                raise ServerError("invalid value for 'priority', expected value >= 0.")
+            values[key] += 2**64  # Triton reads a negative id or timeout as the unsigned integer of its bits
     for key in [k for k in values if k.startswith("triton_")]:
         if key != EMPTY_FINAL_RESPONSE:
             raise ServerError("parameter keys starting with 'triton_' are reserved for Triton usage. Only the "

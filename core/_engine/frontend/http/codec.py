@@ -188,9 +188,9 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
         if key.startswith("triton_"):
             raise ServerError(f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                               f"should not be specified, got '{key}'")
-        if key == "binary_data_output" and not isinstance(value, bool):
-            raise internal("Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean")
-        if key not in _READ_BY_THE_SERVER:
+        if key in _READ_BY_THE_SERVER:
+            _reserved_parameter(key, value)
+        else:
             request_parameter(key, value)
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
@@ -226,6 +226,19 @@ def request_parameter(key: str, value: Any) -> Any:
     if isinstance(value, (str, bool, int, float)):
         return value
     raise ServerError(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def _reserved_parameter(key: str, value: Any) -> None:
+    """Check a request parameter the server reads itself as Triton reads it from JSON, with its words: the
+    flags as booleans, the others as unsigned 64-bit integers (``sequence_id`` may be a string instead)."""
+    if key in ("sequence_start", "sequence_end", "binary_data_output"):
+        if not isinstance(value, bool):
+            raise internal(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+    elif type(value) is not int or not 0 <= value < 2**64:
+        if key != "sequence_id":
+            raise internal(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
+        if not isinstance(value, str):  # Triton tries a string when the id is not an unsigned integer
+            raise internal("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
 
 
 def _tensor_parameters(raw: dict[str, Any]) -> Parameters:
