@@ -66,10 +66,12 @@ JSON_CASES = [
      "inference request batch-size must be <= 8 for 'add_sub'"),
     ({"inputs": [tensor(), tensor("INPUT1", data=[1] * 15)]}, 400, "Unable to parse 'data' of input 'INPUT1'"),
     ({"inputs": [tensor(), tensor("INPUT1", data=["x"] * 16)]}, 400, "INT32 elements must be numbers"),
-    ({"inputs": [tensor(), tensor("INPUT1", shape=[1, -16])]}, 400, "dims must be non-negative"),
+    ({"inputs": [tensor(), tensor("INPUT1", shape=[1, -16])]}, 500,
+     "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"),
     ({"inputs": [tensor(), tensor("INPUT1", datatype="FLOAT")]}, 400, "invalid datatype 'FLOAT' for input 'INPUT1'"),
     ({"inputs": [tensor(), {**tensor("INPUT1"), "parameters": {"binary_data_size": 64}}]}, 400,
-     "Input must set only one of the following fields"),
+     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+     "'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size'"),
     ({"inputs": [tensor(), {**tensor("INPUT1"), "data": None, "parameters": {"shared_memory_region": "r"}}]},
      404, "Unable to find shared memory region: 'r'"),
     ({"inputs": [tensor(), tensor("INPUT1")], "outputs": [{"name": "OUTPUT7"}]}, 400,
@@ -87,7 +89,21 @@ JSON_CASES = [
      "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
     ({"inputs": [tensor(), tensor("INPUT1")], "parameters": {"sequence_end": 1}}, 500,
      "Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean"),
-    ({"inputs": "nope"}, 400, "request JSON must contain an 'inputs' array"),
+    # Triton's JSON reader's words, and its status (500), for fields missing or of the wrong JSON type, read in
+    # Triton's order: the id, the parameters, the inputs, the outputs
+    ({"inputs": "nope"}, 500, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    ({"id": 7}, 500, "Unable to parse 'id': attempt to access JSON non-string as string"),
+    ({"parameters": []}, 500, "failed to get request params.: attempt to get members for non-object"),
+    ([tensor()], 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+    ({"inputs": [tensor(), {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16]}]}, 400,
+     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+     "'shared_memory_region' in 'parameters'. But no field is set"),
+    ({"inputs": [tensor(), {"datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]}, 500,
+     "Unable to parse 'name': attempt to access non-existing object member 'name'"),
+    ({"inputs": [tensor(), {"name": "INPUT1", "datatype": "INT32", "shape": "1,16", "data": [1] * 16}]}, 500,
+     "Unable to parse 'shape': attempt to access JSON non-array as array"),
+    ({"inputs": [tensor(), tensor("INPUT1")], "outputs": [{"name": 0}]}, 500,
+     "Unable to parse 'name': attempt to access JSON non-string as string"),
     # Triton's JSON reader's words, and its status (500), for values of the wrong JSON type
     ({"inputs": [tensor(), tensor("INPUT1")], "outputs": 5}, 500,
      "Unable to parse 'outputs': attempt to access JSON non-array as array"),

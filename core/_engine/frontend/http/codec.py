@@ -21,8 +21,8 @@ _decode_json = json.JSONDecoder().decode
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 
 _STRING, _BOOLEAN, _NUMBER = {str}, {bool}, {int, float}  # the Python types of valid JSON elements, by datatype
-# The request parameters the server reads itself, each with its own check (route.apply_reserved_parameters,
-# encode_response): any other must be a string, boolean or number.
+# The request parameters the server reads itself, each checked as Triton reads it (_reserved_parameter): any other
+# must be a string, boolean or number.
 _READ_BY_THE_SERVER = RESERVED_PARAMETERS | {"binary_data_output"}
 _ONE_OF = ("Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
            "'shared_memory_region' in 'parameters'. But")
@@ -87,22 +87,32 @@ def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, mod
         raise ServerError(f"Unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
 
 
-def _parse_shape(name: str, raw: Any) -> tuple[int, ...]:
-    if not isinstance(raw, list):
-        raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
+def _parse_shape(name: str, raw: list[Any]) -> tuple[int, ...]:
     if len(raw) > MAX_DIMS:
         raise ServerError(f"shape of input '{name}' has {len(raw)} dims; at most {MAX_DIMS} are supported")
-    count, negative = 1, False
+    count = 1
     for dim in raw:
-        if type(dim) is not int:  # bool is a subclass of int: not a dim
-            raise ServerError(f"Unable to parse 'shape' of input '{name}': expected a list of integers")
-        negative = negative or dim < 0
+        if type(dim) is not int or dim < 0:  # bool is a subclass of int: not a dim
+            raise _unparsable("shape", "attempt to access JSON non-unsigned-integer as unsigned-integer")
         count *= dim
-    if negative:
-        raise ServerError(f"Unable to parse 'shape' of input '{name}': dims must be non-negative, got {raw}")
     if count > 2**40:
         raise ServerError(f"shape {raw} of input '{name}' causes total element count to exceed maximum size")
     return tuple(raw)
+
+
+def _unparsable(key: str, why: str) -> ServerError:
+    """What Triton answers when a field of a request's JSON is missing or of the wrong JSON type (status 500)."""
+    return internal(f"Unable to parse '{key}': {why}")
+
+
+def _member(raw: Any, key: str, kind: type, kind_name: str) -> Any:
+    """``raw[key]`` if ``raw`` is an object holding a ``kind`` there, else Triton's words for what is not."""
+    if not isinstance(raw, dict) or key not in raw:
+        raise _unparsable(key, f"attempt to access non-existing object member '{key}'")
+    value = raw[key]
+    if not isinstance(value, kind):
+        raise _unparsable(key, f"attempt to access JSON non-{kind_name} as {kind_name}")
+    return value
 
 
 class _InputPlan(NamedTuple):
@@ -172,18 +182,20 @@ def _binary_input(spec: _InputPlan, binary: memoryview, model_name: str) -> Tens
 
 
 def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
+    """Read a request's JSON header in Triton's order (the id, the parameters, the inputs, the outputs), each
+    field refused with Triton's words."""
     try:
-        doc = _decode_json(header.decode("utf-8", "surrogatepass")) if header else {}  # as json.loads decodes
+        doc = _decode_json(header.decode("utf-8", "surrogatepass"))  # as json.loads decodes
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(doc, dict):
-        raise ServerError("failed to parse the request JSON buffer: expected a JSON object")
-    raw_inputs = doc.get("inputs")
-    if not isinstance(raw_inputs, list):
-        raise ServerError("request JSON must contain an 'inputs' array")
-    params = doc.get("parameters") or {}
+        doc = {}  # Triton finds no member in it, so no 'inputs'
+    request_id = doc.get("id", "")
+    if not isinstance(request_id, str):
+        raise _unparsable("id", "attempt to access JSON non-string as string")
+    params = doc.get("parameters", {})
     if not isinstance(params, dict):
-        raise ServerError("request 'parameters' must be a JSON object")
+        raise internal("failed to get request params.: attempt to get members for non-object")
     for key, value in params.items():
         if key.startswith("triton_"):
             raise ServerError(f"parameter keys starting with 'triton_' are reserved for Triton usage and "
@@ -192,9 +204,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
             _reserved_parameter(key, value)
         else:
             request_parameter(key, value)
-    request_id = doc.get("id", "")
-    if not isinstance(request_id, str):
-        raise ServerError("request 'id' must be a string")
+    raw_inputs = _member(doc, "inputs", list, "array")
     inputs: list[_InputPlan] = []
     names: set[str] = set()
     for raw in raw_inputs:
@@ -205,19 +215,19 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
         inputs.append(spec)
     raw_outputs = doc.get("outputs", [])
     if not isinstance(raw_outputs, list):
-        raise internal("Unable to parse 'outputs': attempt to access JSON non-array as array")
+        raise _unparsable("outputs", "attempt to access JSON non-array as array")
     outputs = []
     for raw in raw_outputs:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise ServerError("each requested output must be an object with a 'name'")
-        out_params = dict(_tensor_parameters(raw))  # the plan's own: shared-memory values are added to it
+        out_params = dict(_tensor_parameters(raw)) if isinstance(raw, dict) else {}  # the plan's own (see below)
         if REGION in out_params:
             if "classification" in out_params:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'classification'")
             if out_params.get("binary_data") is True:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'binary_data'")
-            out_params.update(_shared_memory_parameters(out_params, raw["name"]))
-        outputs.append((raw["name"], out_params))
+        name = _member(raw, "name", str, "string")
+        if REGION in out_params:  # shared-memory values are added to the plan's own parameters
+            out_params.update(_shared_memory_parameters(out_params, name))
+        outputs.append((name, out_params))
     return _HeaderPlan(request_id, params, tuple(inputs), tuple(outputs))
 
 
@@ -267,19 +277,18 @@ def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters
 
 
 def _plan_input(raw: Any, model_name: str) -> _InputPlan:
-    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-        raise ServerError("each input must be an object with a string 'name'")
-    name = raw["name"]
-    datatype = raw.get("datatype")
-    if not isinstance(datatype, str):
-        raise internal("Unable to parse 'datatype': attempt to access JSON non-string as string")
+    params = _tensor_parameters(raw) if isinstance(raw, dict) else {}
+    has_data, has_binary, has_region = isinstance(raw, dict) and "data" in raw, "binary_data_size" in params, \
+        REGION in params
+    if has_data + has_binary + has_region != 1:
+        given = [field for field, present in (("'data'", has_data), ("'binary_data_size'", has_binary),
+                                              ("'shared_memory_region'", has_region)) if present]
+        raise ServerError(f"{_ONE_OF} {'set ' + ' '.join(given) if given else 'no field is set'}")
+    name = _member(raw, "name", str, "string")
+    datatype = _member(raw, "datatype", str, "string")
+    shape = _parse_shape(name, _member(raw, "shape", list, "array"))
     if datatype not in BY_NAME:
         raise ServerError(f"invalid datatype '{datatype}' for input '{name}'")
-    shape = _parse_shape(name, raw.get("shape"))
-    params = _tensor_parameters(raw)
-    given = ("data" in raw) + ("binary_data_size" in params) + (REGION in params)
-    if given != 1:
-        raise ServerError(f"{_ONE_OF} {given} were set for input '{name}'")
     if REGION in params:
         return _InputPlan(name, datatype, shape, region=_shared_memory_parameters(params, name))
     if "data" in raw:
