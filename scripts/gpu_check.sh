@@ -125,6 +125,7 @@ add_large_wheels() {
     local own_site digest parts
     own_site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     mapfile -t parts < <(ls "$LARGE"/part-* 2>/dev/null | sort -V)
+    ((${#parts[@]})) || { echo "no parts in $LARGE beside its SHA256"; return 1; }
     digest=$(cat "${parts[@]}" | sha256sum | cut -d' ' -f1)
     if [[ $digest != "$(cat "$LARGE/SHA256")" ]]; then
         echo "${#parts[@]} parts in $LARGE do not make the archive SHA256 names: one is missing or was cut short"
@@ -134,7 +135,7 @@ add_large_wheels() {
     local nvidia
     nvidia=$("$PYTHON" -c 'import glob, site; print(next(iter(glob.glob(site.getsitepackages()[0] + "/nvidia")), ""))')
     [[ -z $nvidia || -e $own_site/nvidia ]] || ln -s "$nvidia" "$own_site/nvidia"
-    "$PY" -m pip list 2>/dev/null | grep -iE "^(onnxruntime-gpu|xgboost|lightgbm|treelite) "
+    "$PY" -m pip list 2>/dev/null | grep -iE "^(onnxruntime-gpu|xgboost|lightgbm|treelite) " || true
 }
 LARGE=${GPU_LARGE_PARTS:-/tmp/gpu-large}
 if [[ -f $LARGE/SHA256 ]]; then
