@@ -105,9 +105,10 @@ def _unparsable(key: str, why: str) -> ServerError:
     return internal(f"Unable to parse '{key}': {why}")
 
 
-def _member(raw: Any, key: str, kind: type, kind_name: str) -> Any:
-    """``raw[key]`` if ``raw`` is an object holding a ``kind`` there, else Triton's words for what is not."""
-    if not isinstance(raw, dict) or key not in raw:
+def _member(raw: dict[str, Any], key: str, kind: type, kind_name: str) -> Any:
+    """``raw[key]`` if it is a ``kind``, else Triton's words for what is not (a JSON value that is not an object
+    is read as an empty one: Triton finds no member in it)."""
+    if key not in raw:
         raise _unparsable(key, f"attempt to access non-existing object member '{key}'")
     value = raw[key]
     if not isinstance(value, kind):
@@ -189,7 +190,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(doc, dict):
-        doc = {}  # Triton finds no member in it, so no 'inputs'
+        doc = {}  # see _member
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
         raise _unparsable("id", "attempt to access JSON non-string as string")
@@ -218,7 +219,8 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
         raise _unparsable("outputs", "attempt to access JSON non-array as array")
     outputs = []
     for raw in raw_outputs:
-        out_params = dict(_tensor_parameters(raw)) if isinstance(raw, dict) else {}  # the plan's own (see below)
+        raw = raw if isinstance(raw, dict) else {}  # see _member
+        out_params = dict(_tensor_parameters(raw))  # the plan's own (see below)
         if REGION in out_params:
             if "classification" in out_params:
                 raise ServerError("Output can't set both 'shared_memory_region' and 'classification'")
@@ -243,12 +245,12 @@ def _reserved_parameter(key: str, value: Any) -> None:
     flags as booleans, the others as unsigned 64-bit integers (``sequence_id`` may be a string instead)."""
     if key in ("sequence_start", "sequence_end", "binary_data_output"):
         if not isinstance(value, bool):
-            raise internal(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+            raise _unparsable(key, "attempt to access JSON non-boolean as boolean")
     elif type(value) is not int or not 0 <= value < 2**64:
         if key != "sequence_id":
-            raise internal(f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer")
+            raise _unparsable(key, "attempt to access JSON non-unsigned-integer as unsigned-integer")
         if not isinstance(value, str):  # Triton tries a string when the id is not an unsigned integer
-            raise internal("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+            raise _unparsable(key, "attempt to access JSON non-string as string")
 
 
 def _tensor_parameters(raw: dict[str, Any]) -> Parameters:
@@ -277,9 +279,9 @@ def _shared_memory_parameters(params: dict[str, Any], tensor: str) -> Parameters
 
 
 def _plan_input(raw: Any, model_name: str) -> _InputPlan:
-    params = _tensor_parameters(raw) if isinstance(raw, dict) else {}
-    has_data, has_binary, has_region = isinstance(raw, dict) and "data" in raw, "binary_data_size" in params, \
-        REGION in params
+    raw = raw if isinstance(raw, dict) else {}  # see _member
+    params = _tensor_parameters(raw)
+    has_data, has_binary, has_region = "data" in raw, "binary_data_size" in params, REGION in params
     if has_data + has_binary + has_region != 1:
         given = [field for field, present in (("'data'", has_data), ("'binary_data_size'", has_binary),
                                               ("'shared_memory_region'", has_region)) if present]
