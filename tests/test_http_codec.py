@@ -28,7 +28,7 @@ def _blobs(a: int, b: int, text: bytes) -> memoryview:
 def test_a_repeated_header_gives_each_request_its_own_tensors_and_dicts() -> None:
     first = parse_request(HEADER, _blobs(1, 2, b"abc"), "m", None)
     second = parse_request(HEADER, _blobs(3, 4, b"xyz"), "m", 2)
-    assert HEADER in codec._PLANS
+    assert (HEADER,) in codec._PLANS  # no JSON data: kept whole
     assert first.inputs["A"].data.tolist() == [1, 2] and second.inputs["A"].data.tolist() == [3, 4]
     assert second.inputs["S"].data.tolist() == [b"xyz"] and second.model_version == 2
     assert (second.id, second.parameters, second.outputs[0].parameters) == ("r", {"p": 1}, {"binary_data": True})
@@ -48,11 +48,64 @@ def test_the_blobs_of_a_repeated_header_are_checked_every_time() -> None:
         parse_request(HEADER, memoryview(struct.pack("<iiI", 1, 2, 9) + b"abc"), "m", None)
 
 
-def test_headers_with_json_data_are_not_kept_and_the_kept_ones_are_bounded() -> None:
+def _json_header(a: object, s: object, name: str = "A", separators: tuple[str, str] = (",", ":")) -> bytes:
+    return json.dumps({"inputs": [{"name": name, "datatype": "INT32", "shape": [2], "data": a},
+                                  {"name": "S", "datatype": "BYTES", "shape": [1], "data": s}],
+                       "outputs": [{"name": "OUT"}]}, separators=separators).encode()
+
+
+def _error(header: bytes) -> str:
+    with pytest.raises(ServerError) as caught:
+        parse_request(header, memoryview(b""), "m", None)
+    return caught.value.message
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])  # perf_analyzer's JSON; Python's json.dumps
+def test_a_header_with_json_data_is_kept_around_its_arrays(separators: tuple[str, str]) -> None:
     codec._PLANS.clear()
-    header = json.dumps({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [7]}]}).encode()
-    assert parse_request(header, memoryview(b""), "m", None).inputs["A"].data.tolist() == [7]
-    assert header not in codec._PLANS
+    for a, s in (([1, 2], ["x"]), ([3, -4], ["[y]"]), ([5, 6], ["a\"data\":[7]"])):
+        request = parse_request(_json_header(a, s, separators=separators), memoryview(b""), "m", None)
+        assert request.inputs["A"].data.tolist() == a and request.inputs["S"].data.tolist() == [s[0].encode()]
+        assert [output.name for output in request.outputs] == ["OUT"]
+    assert len(codec._PLANS) == 1  # one header: the strings with brackets were read in full, and not kept
+
+
+def test_a_kept_header_answers_bad_data_as_a_header_read_in_full() -> None:
+    bad = [_json_header([1, 2, 3], ["x"]), _json_header([1, "2"], ["x"]), _json_header([1, 2], [3]),
+           _json_header([1, 2], ["x"]).replace(b"[1,2]", b"[1,2,]"), _json_header([1, 2], ["x"]).replace(b"2]", b"2 x]"),
+           _json_header([1, 2], ["x"]).replace(b"[1,2]", b"\0")]
+    codec._PLANS.clear()
+    unkept = [_error(header) for header in bad]
+    assert not codec._PLANS
+    parse_request(_json_header([7, 8], ["y"]), memoryview(b""), "m", None)
+    assert len(codec._PLANS) == 1
+    assert [_error(header) for header in bad] == unkept
+    assert "failed to parse the request JSON buffer" in unkept[3] and "'A'" in unkept[0]
+
+    def mixed(a: list[object]) -> bytes:  # a binary input before a JSON one
+        return json.dumps({"inputs": [{"name": "B", "datatype": "INT32", "shape": [1],
+                                       "parameters": {"binary_data_size": 4}},
+                                      {"name": "A", "datatype": "INT32", "shape": [2], "data": a}]}).encode()
+    unkept_mixed = _error(mixed([1]))  # and the blob is missing too
+    parse_request(mixed([1, 2]), memoryview(b"\0" * 4), "m", None)
+    assert _error(mixed([1])) == unkept_mixed and "'A'" in unkept_mixed
+
+
+def test_a_header_is_kept_only_where_its_cuts_are_its_inputs_data() -> None:
+    codec._PLANS.clear()
+    nested = json.dumps({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1, 2], "data": [[1, 2]],
+                                     'x"data': [9]}]}).encode()  # cut: the key's escaped quote ends in "data"
+    in_an_output = json.dumps({"inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [1]}],
+                               "outputs": [{"name": "O", "data": [2]}]}).encode()
+    twice = b'{"inputs":[{"name":"A","datatype":"INT32","shape":[1],"data":[1],"data":[2]}]}'
+    for header, expected in ((nested, [[1, 2]]), (in_an_output, [1]), (twice, [2])):
+        for _ in range(2):
+            assert parse_request(header, memoryview(b""), "m", None).inputs["A"].data.tolist() == expected
+    assert not codec._PLANS
+
+
+def test_kept_headers_are_bounded() -> None:
+    codec._PLANS.clear()
     for n in range(codec._PLANS_MAX + 5):
         parse_request(json.dumps({"id": str(n), "inputs": []}).encode(), memoryview(b""), "m", None)
         assert 0 < len(codec._PLANS) <= codec._PLANS_MAX

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+import secrets
 import sys
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple
@@ -118,7 +120,8 @@ def _member(raw: dict[str, Any], key: str, kind: type, kind_name: str) -> Any:
 
 class _InputPlan(NamedTuple):
     """One input as its JSON header describes it, checked: binary (``size`` bytes follow), in shared memory
-    (``region``: its region, offset and byte size) or JSON (``array``)."""
+    (``region``: its region, offset and byte size) or JSON (``array``; in a kept plan, ``cut`` instead: which
+    of the header's cut-out arrays holds its data)."""
 
     name: str
     datatype: str
@@ -126,6 +129,7 @@ class _InputPlan(NamedTuple):
     size: int = 0
     region: Parameters | None = None
     array: np.ndarray | None = None
+    cut: int = -1
 
 
 class _HeaderPlan(NamedTuple):
@@ -137,25 +141,41 @@ class _HeaderPlan(NamedTuple):
     outputs: tuple[tuple[str, Parameters], ...]
 
 
-# Checked headers by their bytes: a client sends the same header for every request of one shape, so the JSON is
-# parsed once. Bounded in entries and in header size; emptied when full. A header with JSON tensor data is not kept.
-_PLANS: dict[bytes, _HeaderPlan] = {}
+# Checked headers by their text around the inputs' JSON ``data`` arrays (_cut_data): a client sends the same
+# header for every request of one shape, only the numbers change, so the JSON around them is parsed once.
+# Bounded in entries and in size; emptied when full.
+_PLANS: dict[tuple[bytes, ...], _HeaderPlan] = {}
 _PLANS_MAX, _PLAN_HEADER_MAX = 256, 4096
+_DATA_ARRAY = re.compile(rb'("data"\s*:\s*)(\[[^\[\]]*\])')  # a member "data" holding a flat array
+_NONCE = secrets.token_hex(8).encode()  # marks the cuts when a header's remains are checked: unknown to clients
 
 
 def parse_request(header: bytes, binary: memoryview, model_name: str, version: int | None) -> InferenceRequest:
     """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
-    plan = _PLANS.get(header)
+    key, arrays = _cut_data(header)
+    plan = _PLANS.get(key)
+    values: list[Any] = []
     if plan is None:
         plan = _plan_header(header, model_name)
-        if len(header) <= _PLAN_HEADER_MAX and all(spec.array is None for spec in plan.inputs):
+        kept = _plan_to_keep(key, plan)
+        if kept is not None:
             if len(_PLANS) >= _PLANS_MAX:
                 _PLANS.clear()
-            _PLANS[header] = plan
+            _PLANS[key] = kept
+    elif arrays:
+        try:
+            values = [_decode_json(text.decode("utf-8", "surrogatepass")) for text in arrays]
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError: one is not a JSON array
+            plan = _plan_header(header, model_name)  # Triton's words for where the header's JSON breaks
+        else:  # checked in the order of a header read in full: the data before any binary blob
+            values = [_json_array(spec.name, spec.datatype, spec.shape, values[spec.cut], model_name)
+                      for spec in plan.inputs if spec.cut >= 0]
     inputs: dict[str, Tensor] = {}
     offset = 0
     for spec in plan.inputs:
-        if spec.array is not None:
+        if spec.cut >= 0:
+            inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, values[spec.cut])
+        elif spec.array is not None:
             inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, spec.array)
         elif spec.region is not None:  # the data plane reads it from the region
             inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, no_data(spec.datatype), dict(spec.region))
@@ -167,6 +187,41 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
     return InferenceRequest(model_name, version, id=plan.id, inputs=inputs,
                             outputs=[RequestedOutput(name, dict(params)) for name, params in plan.outputs],
                             parameters=dict(plan.parameters))
+
+
+def _cut_data(header: bytes) -> tuple[tuple[bytes, ...], list[bytes]]:
+    """The header's text around each flat ``"data": [...]`` array, and the arrays' texts. A cut is not always an
+    input's data (a member name may end so): ``_plan_to_keep`` checks that a header's cuts are, before its plan
+    is kept for the headers cut the same."""
+    parts = _DATA_ARRAY.split(header)  # before each array, its text and its '"data":'
+    arrays = parts[2::3]
+    del parts[2::3]
+    return tuple(parts), arrays
+
+
+def _plan_to_keep(cut: tuple[bytes, ...], plan: _HeaderPlan) -> _HeaderPlan | None:
+    """The plan of a header just read, to keep for every header ``_cut_data`` cuts the same, whatever its arrays
+    hold; None unless the cuts are, in order, the ``data`` of the plan's JSON inputs and nothing else: the
+    header with a marker in each cut must read as a document whose inputs hold those markers as their data."""
+    json_inputs = [index for index, spec in enumerate(plan.inputs) if spec.array is not None]
+    if len(json_inputs) != len(cut) // 2 or sum(map(len, cut)) > _PLAN_HEADER_MAX:
+        return None
+    if not json_inputs:
+        return plan
+    markers = [b'"%s-%d"' % (_NONCE, index) for index in range(len(json_inputs))]
+    text = b"".join(part + markers[index // 2] if index % 2 else part for index, part in enumerate(cut))
+    try:
+        doc = _decode_json(text.decode("utf-8", "surrogatepass"))
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    raw_inputs = doc.get("inputs") if isinstance(doc, dict) else None
+    data = [raw.get("data") for raw in raw_inputs if isinstance(raw, dict)] if isinstance(raw_inputs, list) else []
+    if [value for value in data if value is not None] != [marker[1:-1].decode() for marker in markers]:
+        return None
+    inputs = list(plan.inputs)
+    for index, position in enumerate(json_inputs):
+        inputs[position] = inputs[position]._replace(array=None, cut=index)
+    return plan._replace(inputs=tuple(inputs))
 
 
 def _binary_input(spec: _InputPlan, binary: memoryview, model_name: str) -> Tensor:
