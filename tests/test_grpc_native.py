@@ -139,6 +139,45 @@ def test_a_compressed_message_too_large_once_inflated(models, toy_server,  # typ
                 == ("StatusCode.RESOURCE_EXHAUSTED", "Decompressed message larger than max")
 
 
+_PROBE_OUTPUT = [grpcclient.InferRequestedOutput("OUTPUT0")]  # the others hold as many rows, in INT64
+
+
+def _probe_input(seconds: float) -> list[grpcclient.InferInput]:
+    """40 KB that gzip makes a few hundred bytes: the probe model sleeps ``seconds`` (the largest element)."""
+    data = np.zeros(10_000, np.float32)
+    data[0] = seconds
+    tensor = grpcclient.InferInput("INPUT0", [data.size], "FP32")
+    tensor.set_data_from_numpy(data)
+    return [tensor]
+
+
+def test_compressed_messages_held_at_once_inflate_to_one_maximum_message(models,  # type: ignore[no-untyped-def]
+                                                                         toy_server) -> None:
+    """Two 40 KB messages do not fit in one of 64 KiB: the second one inflated while the first is held fails its
+    call. A unary call's message is given back when the call ends, a stream's when its request is answered, and
+    every one a failed stream holds when the stream ends."""
+    server = toy_server(grpc_options=_native(max_message_size=64 * 1024))
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        for _ in range(3):
+            client.infer("probe", _probe_input(0.0), outputs=_PROBE_OUTPUT, compression_algorithm="gzip")
+        responses: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: responses.put((result, error)), compression_algorithm="gzip")
+        for _ in range(3):  # one at a time: each is given back once answered
+            client.async_stream_infer("probe", _probe_input(0.0), outputs=_PROBE_OUTPUT)
+            result, error = responses.get(timeout=10)
+            assert error is None and result.as_numpy("OUTPUT0").shape == (10_000,)
+        client.async_stream_infer("probe", _probe_input(2.0), outputs=_PROBE_OUTPUT)  # held while it sleeps
+        client.async_stream_infer("probe", _probe_input(0.0), outputs=_PROBE_OUTPUT)
+        _result, error = responses.get(timeout=10)
+        assert str(error.status()) == "StatusCode.RESOURCE_EXHAUSTED"
+        assert error.message() == ("Decompressed messages in flight would exceed the server's limit (65536 bytes); "
+                                   "retry when fewer are in flight")
+        client.stop_stream()
+        zeros = np.zeros(10_000, np.float32)  # the probe still sleeps: another model, as large
+        result = client.infer("identity", _identity_input(zeros), compression_algorithm="gzip")
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), zeros)  # the failed stream gave back its own
+
+
 def test_decoupled_stream_ends(server) -> None:  # type: ignore[no-untyped-def]
     responses: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(server.grpc_url) as client:

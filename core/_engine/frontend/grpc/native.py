@@ -1,7 +1,8 @@
 """The native gRPC transport: gRPC calls over h2.H2Connection, dispatched to the same servicers as grpc.aio.
 
 A call is a Stream: its request messages are cut from DATA as they arrive (5-byte prefix, optional
-gzip/deflate, decompressed no further than the maximum message size); a unary call runs as one task once
+gzip/deflate, decompressed no further than the maximum message size, and no further than what the server's
+calls hold inflated at once leaves of it: see ``Call._inflate``); a unary call runs as one task once
 the request is complete, a client-streaming call as soon as its HEADERS arrive, reading an async iterator
 fed by DATA. A client-streaming call's messages wait in wire form until its handler takes them, and the
 client gets flow-control credit back only then; while the call's responses wait for the client to read
@@ -125,6 +126,7 @@ class NativeContext:
         self._callbacks: list[Callable[[Any], None]] = []
         self._done = False
         self._cancelled = False
+        self._call: Call | None = None
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         return self._metadata
@@ -170,6 +172,12 @@ class NativeContext:
 
     def set_compression(self, compression: Any) -> None:
         """Ignored, as grpc.aio ignores it (the level is server-wide)."""
+
+    def release_message(self, message: Any) -> None:
+        """The handler is done with ``message``, one request of a client-streaming call: what it held inflated
+        is given back (a unary call's message is given back when its call ends). Not in grpc.aio."""
+        if self._call is not None:
+            self._call.give_back(message)
 
     def _finish(self) -> None:
         self._done = True
@@ -225,7 +233,7 @@ class Call(h2.Stream):
     """One gRPC call on one HTTP/2 stream."""
 
     __slots__ = ("server", "method", "context", "task", "buffer", "encoding", "compress", "requests",
-                 "request", "head_sent", "ended", "timer")
+                 "request", "head_sent", "ended", "timer", "inflated")
 
     def __init__(self, server: NativeServer, connection: h2.H2Connection, stream_id: int, method: _Method,
                  metadata: tuple[tuple[str, str | bytes], ...], encoding: str, compress: bool,
@@ -244,7 +252,9 @@ class Call(h2.Stream):
         self.head_sent = False
         self.ended = False
         self.timer = None if timeout is None else connection.loop.call_later(timeout, self._deadline_passed)
+        self.inflated: dict[int, int] | None = None  # by id() of the messages it holds: their inflated bytes
         if self.requests is not None:
+            self.context._call = self
             self._start(self.requests)
 
     # ---- receiving ----
@@ -284,24 +294,36 @@ class Call(h2.Stream):
 
     def decode(self, flag: int, payload: bytes) -> Any:
         """The request message from its wire form; None once the call has failed with the reason."""
+        inflated = 0
         if flag:
-            payload = self._decompress(payload)
+            payload = self._inflate(payload)
             if self.ended:
                 return None
+            inflated = len(payload)
         try:
-            return self.method.request_type.FromString(payload)
+            message = self.method.request_type.FromString(payload)
         except Exception:
+            self.server.inflated_held -= inflated
             self.fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
+        if inflated:
+            if self.inflated is None:
+                self.inflated = {}
+            key = id(message)  # added to: a message dropped unreleased may have left its id to this one
+            self.inflated[key] = self.inflated.get(key, 0) + inflated
+        return message
 
-    def _decompress(self, payload: bytes) -> bytes:
-        """``payload`` inflated, never past the maximum message size: a larger message fails the call
-        after at most that many bytes were allocated."""
+    def _inflate(self, payload: bytes) -> bytes:
+        """``payload`` inflated and counted as held by the server until ``give_back``. Never past the maximum
+        message size, nor past what the messages other calls hold inflated leave of it: a compressed message of a
+        few KB can inflate to GBs, so the bytes all calls hold inflated together stay within one maximum-size
+        message. A message past either fails its call after at most that many bytes were allocated."""
         wbits = _ZLIB_WBITS.get(self.encoding)
         if wbits is None:
             self.fail(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
             return b""
-        limit = self.server.max_message_size
+        server = self.server
+        limit = server.max_message_size - server.inflated_held
         inflater = zlib.decompressobj(wbits)
         try:
             data = inflater.decompress(payload, limit + 1)
@@ -309,12 +331,28 @@ class Call(h2.Stream):
             self.fail(grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {error}")
             return b""
         if len(data) > limit:
-            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")  # grpcio's wording
+            if not server.inflated_held:
+                self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")  # grpcio's
+            else:
+                self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"Decompressed messages in flight would exceed the server's limit ({server.max_message_size} "
+                          "bytes); retry when fewer are in flight")
             return b""
         if not inflater.eof:
             self.fail(grpc.StatusCode.INTERNAL, "Failed to decompress the message: incomplete data")
             return b""
+        server.inflated_held += len(data)
         return data
+
+    def give_back(self, message: Any = None) -> None:
+        """Give the server back the inflated bytes of ``message``, or of every message the call holds."""
+        held = self.inflated
+        if held:
+            if message is None:
+                self.server.inflated_held -= sum(held.values())
+                held.clear()
+            else:
+                self.server.inflated_held -= held.pop(id(message), 0)
 
     def end_received(self) -> None:
         if self.ended:
@@ -342,6 +380,7 @@ class Call(h2.Stream):
         if not self.ended:
             self.ended = True
             self.context._finish()
+            self.give_back()
         if self.requests is not None:
             self.requests.wake()
 
@@ -355,6 +394,7 @@ class Call(h2.Stream):
     def _ran(self, task: asyncio.Task[None]) -> None:
         self.server.tasks.discard(task)
         self.task = None  # the task's coroutine refers to this call: without the cycle, the call is freed at once
+        self.context._call = None  # a streaming call's context refers to it: no cycle left to collect
 
     async def _run(self, request: Any) -> None:
         method, context = self.method, self.context
@@ -414,8 +454,7 @@ class Call(h2.Stream):
                                   True, connection.peer_max_frame)
         connection.send(self, head, body, tail, end_code is not None)
         if end_code is not None:
-            self.context._finish()
-            self._answered()
+            self._over()
 
     def end(self, code: grpc.StatusCode, details: str) -> None:
         """Trailers (trailers-only when nothing was sent) with ``code``; the call is over."""
@@ -428,10 +467,13 @@ class Call(h2.Stream):
             block = _RESPONSE_HEAD + block
         self.connection.send(self, b"", b"", _headers_frame(self.stream_id, block, True,
                                                              self.connection.peer_max_frame), True)
-        self.context._finish()
-        self._answered()
+        self._over()
 
-    def _answered(self) -> None:
+    def _over(self) -> None:
+        """The call has sent its status: its handler, if still running, is being cancelled and will hold none of its
+        messages once it unwinds, so their inflated bytes are given back now."""
+        self.context._finish()
+        self.give_back()
         if self.server.busy_poll is not None:
             self.server.busy_poll.answered()
 
@@ -474,6 +516,7 @@ class NativeServer:
         self.max_age_grace = None if max_connection_age_grace_ms is None else max_connection_age_grace_ms / 1000
         self.ping_policy = ping_policy
         self.busy_poll = busy_poll  # told of every call's start and end
+        self.inflated_held = 0  # bytes of compressed request messages, inflated, that calls hold (Call._inflate)
         self.connections: set[h2.H2Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.AbstractServer | None = None

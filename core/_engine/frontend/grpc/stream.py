@@ -46,6 +46,9 @@ class InferStream:
         self._outbox: asyncio.Queue[_Outgoing] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_in_order: asyncio.Future[None] | None = None
+        # The native transport's: the bytes a compressed message was inflated to are given back once its request
+        # is answered (grpc.aio's context has no such method).
+        self._release_message = getattr(context, "release_message", None)
 
     async def serve(self, requests: AsyncIterator[ModelInferRequest]) -> AsyncIterator[ModelStreamInferResponse]:
         """Yield responses until the client has closed its side and every request is answered."""
@@ -129,6 +132,8 @@ class InferStream:
         finally:
             if done is not None and not done.done():
                 done.set_result(None)
+            if self._release_message is not None:
+                self._release_message(message)
 
     def _send(self, message: ModelStreamInferResponse, error: ServerError | None) -> None:
         self._outbox.put_nowait(error if error is not None and self.errors_end_stream else message)
