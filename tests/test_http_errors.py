@@ -142,9 +142,27 @@ def test_an_error_quoting_a_lone_surrogate_is_still_json(url: str) -> None:
     assert b"\\ud800" in response.content  # escaped: the body is ASCII
 
 
-def test_malformed_json(url: str) -> None:
-    assert_error(post(url, "/v2/models/add_sub/infer", content=b'{"inputs": ['), 400,
-                 "failed to parse the request JSON buffer")
+_INFER = "/v2/models/add_sub/infer"
+_NAN_DATA = json.dumps({"inputs": [tensor(), tensor("INPUT1", datatype="INT32", data=[1] * 15 + [float("nan")])]})
+
+
+@pytest.mark.parametrize(("path", "content", "status", "message"), [
+    (_INFER, b'{"inputs": [', 400, "Expecting value: line 1 column 13 (char 12)"),
+    (_INFER, b"  ", 400, "The document is empty. at 2"),
+    (_INFER, _NAN_DATA.encode(), 400, f"Invalid value. at {_NAN_DATA.index('NaN')}"),
+    (_INFER, _NAN_DATA.replace("NaN", "-Infinity").encode(), 400,
+     f"Invalid value. at {_NAN_DATA.index('NaN') + 1}"),  # rapidjson's offset: after the sign
+    ("/v2/repository/index", b'{"ready": Infinity}', 400, "Invalid value. at 10"),
+    ("/v2/models/add_sub/generate", b'{"INPUT0": "NaN", "INPUT1": NaN}', 400, "Invalid value. at 28"),
+    ("/v2/trace/setting", b" ", 500, "The document is empty. at 1"),
+])
+def test_json_that_does_not_parse_gets_rapidjsons_words_where_triton_has_them(
+        url: str, path: str, content: bytes, status: int, message: str) -> None:
+    """Triton's prefix everywhere; rapidjson's words for an empty document and for NaN and Infinity, which Python's
+    json would read. An /infer header of a shape the server has already read goes through the same checks."""
+    post(url, _INFER, content=_NAN_DATA.replace("NaN", "1").encode())  # kept: only its data is read next time
+    response = post(url, path, content=content)
+    assert_error(response, status, "failed to parse the request JSON buffer: " + message)
 
 
 def binary_request(sizes: list[int], blob: bytes, header_length: str | None = None) -> tuple[bytes, dict[str, str]]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import enum
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ServerError, internal, unsupported
+from . import request_json
+from .errors import ServerError, Status, internal, unsupported
 
 TRITON_MODE = "triton"
 OPENTELEMETRY_MODE = "opentelemetry"
@@ -256,12 +256,7 @@ def _naming(setting: str) -> Iterator[None]:
 def update_from_json(body: bytes) -> SettingUpdate:
     """``POST v2[/models/<m>]/trace/setting``: Triton's reading of the JSON body (values are strings,
     ``trace_level`` an array of them, null clears a field)."""
-    if not body.strip():
-        raise internal("failed to parse the request JSON buffer: The document is empty. at 0")
-    try:
-        doc = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise internal(f"failed to parse the request JSON buffer: {error}") from None
+    doc = request_json.parse(body, Status.INTERNAL)
     if not isinstance(doc, dict):
         return {}
     if "trace_file" in doc:

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...seam import DataPlaneAPI
+from ... import request_json
 from ...errors import ServerError, Status
 from ...inference import InferenceRequest, InferenceResponse
 from ...protos.model_config_pb2 import ModelConfig
@@ -324,10 +325,7 @@ class HttpFrontend:
         body = await self._body(request)
         if not body.strip():
             return {}
-        try:
-            doc = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
+        doc = request_json.parse(body)
         if not isinstance(doc, dict):
             raise ServerError("request body must be a JSON object")
         return doc

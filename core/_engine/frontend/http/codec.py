@@ -12,14 +12,14 @@ import numpy as np
 
 from ...datatypes import (BY_NAME, MAX_DIMS, StringCountError, element_count, from_wire_bytes,
                           name_of_config_type)
+from ... import request_json
 from ...errors import ServerError, Status, internal
 from ...inference import (RESERVED_PARAMETERS, InferenceRequest, InferenceResponse, Parameters, RequestedOutput,
                           Tensor)
 from ...protos.model_config_pb2 import ModelConfig
 from ...shared_memory_parameters import BYTE_SIZE, OFFSET, REGION, no_data
 
-# Made once: json.loads and json.dumps build a decoder or an encoder on every call.
-_decode_json = json.JSONDecoder().decode
+# Made once: json.dumps builds an encoder on every call.
 _encode_json = json.JSONEncoder(separators=(",", ":")).encode
 
 _STRING, _BOOLEAN, _NUMBER = {str}, {bool}, {int, float}  # the Python types of valid JSON elements, by datatype
@@ -164,7 +164,7 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
             _PLANS[key] = kept
     elif arrays:
         try:
-            values = [_decode_json(text.decode("utf-8", "surrogatepass")) for text in arrays]
+            values = [request_json.decode(text) for text in arrays]
         except ValueError:  # JSONDecodeError, UnicodeDecodeError: one is not a JSON array
             plan = _plan_header(header, model_name)  # Triton's words for where the header's JSON breaks
         else:  # checked in the order of a header read in full: the data before any binary blob
@@ -211,7 +211,7 @@ def _plan_to_keep(cut: tuple[bytes, ...], plan: _HeaderPlan) -> _HeaderPlan | No
     markers = [b'"%s-%d"' % (_NONCE, index) for index in range(len(json_inputs))]
     text = b"".join(part + markers[index // 2] if index % 2 else part for index, part in enumerate(cut))
     try:
-        doc = _decode_json(text.decode("utf-8", "surrogatepass"))
+        doc = request_json.decode(text)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         return None
     raw_inputs = doc.get("inputs") if isinstance(doc, dict) else None
@@ -240,10 +240,7 @@ def _binary_input(spec: _InputPlan, binary: memoryview, model_name: str) -> Tens
 def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     """Read a request's JSON header in Triton's order (the id, the parameters, the inputs, the outputs), each
     field refused with Triton's words."""
-    try:
-        doc = _decode_json(header.decode("utf-8", "surrogatepass"))  # as json.loads decodes
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
+    doc = request_json.parse(header)
     if not isinstance(doc, dict):
         doc = {}  # see _member
     request_id = doc.get("id", "")

@@ -1,12 +1,12 @@
 """The generate extension's JSON: request keys to input tensors and parameters, responses to flat objects."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
 from ...datatypes import BY_NAME
+from ... import request_json
 from ...errors import ServerError, Status, internal, unsupported
 from ...inference import InferenceRequest, InferenceResponse, Tensor
 from .codec import request_parameter
@@ -37,14 +37,14 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return doc if len(doc) == len(pairs) else _RepeatedKeys(pairs)
 
 
+_KEEPING_REPEATED_KEYS = request_json.decoder(object_pairs_hook=_object)
+
+
 def parse_generate_body(body: bytes) -> Any:
     """A generate body's JSON ({} when empty), keeping every copy of a repeated key (see ``_KeyMapping``)."""
     if not body.strip():
         return {}
-    try:
-        return json.loads(body, object_pairs_hook=_object)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ServerError(f"failed to parse the request JSON buffer: {error}") from None
+    return request_json.parse(body, using=_KEEPING_REPEATED_KEYS)
 
 
 def generate_request(doc: Any, inputs: dict[str, dict[str, Any]], model_name: str, version: int | None,

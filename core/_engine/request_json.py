@@ -1,0 +1,54 @@
+"""A request body's JSON, read as Triton's parser (rapidjson, default flags) reads it, with its error's prefix.
+
+Python's ``json`` also reads ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON: here they are refused,
+with rapidjson's words and byte offset (where its number parser stops: after a ``-``).
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ServerError, Status
+
+PARSE_FAILED = "failed to parse the request JSON buffer"
+# A string (skipped) or a constant Python reads and JSON does not: the first one outside strings is the refused one.
+_STRING_OR_CONSTANT = re.compile(rb'"(?:[^"\\]|\\.)*"|-?(NaN|Infinity)')
+
+
+class _NotJson(ValueError):
+    """A constant JSON does not have (raised from inside the decoder)."""
+
+
+def _refuse(constant: str) -> Any:
+    raise _NotJson(constant)
+
+
+def decoder(object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None) -> json.JSONDecoder:
+    """A decoder that refuses ``NaN`` and ``Infinity`` (make it once: ``parse`` takes it)."""
+    return json.JSONDecoder(object_pairs_hook=object_pairs_hook, parse_constant=_refuse)
+
+
+_DECODER = decoder()
+
+
+def parse(body: bytes, status: Status = Status.INVALID_ARG, using: json.JSONDecoder = _DECODER) -> Any:
+    """``body`` (UTF-8) as JSON, or a ServerError with ``status``: ``failed to parse the request JSON buffer: ...``,
+    rapidjson's words for an empty document and for a constant JSON lacks (``Invalid value. at 12``), Python's
+    account of any other syntax error."""
+    try:
+        return using.decode(body.decode("utf-8", "surrogatepass"))
+    except _NotJson:
+        found = next((m.start(1) for m in _STRING_OR_CONSTANT.finditer(body) if m[1]), 0)
+        raise ServerError(f"{PARSE_FAILED}: Invalid value. at {found}", status) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        if not body.strip():  # rapidjson: nothing but whitespace, which it skipped
+            raise ServerError(f"{PARSE_FAILED}: The document is empty. at {len(body)}", status) from None
+        raise ServerError(f"{PARSE_FAILED}: {error}", status) from None
+
+
+def decode(text: bytes) -> Any:
+    """``text`` as JSON; ValueError where ``parse`` would raise (for a hot path that reads the body in full, for
+    its words, only when this fails)."""
+    return _DECODER.decode(text.decode("utf-8", "surrogatepass"))
