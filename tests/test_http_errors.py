@@ -68,7 +68,9 @@ JSON_CASES = [
     ({"inputs": [tensor(), tensor("INPUT1", data=["x"] * 16)]}, 400, "INT32 elements must be numbers"),
     ({"inputs": [tensor(), tensor("INPUT1", shape=[1, -16])]}, 500,
      "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"),
-    ({"inputs": [tensor(), tensor("INPUT1", datatype="FLOAT")]}, 400, "invalid datatype 'FLOAT' for input 'INPUT1'"),
+    ({"inputs": [tensor(), tensor("INPUT1", datatype="FLOAT")]}, 400, "invalid datatype for input INPUT1"),
+    ({"inputs": [tensor(), {**tensor("INPUT1", datatype="FLOAT"), "data": None,
+                            "parameters": {"binary_data_size": 64}}]}, 400, "invalid datatype 'FLOAT' for input 'INPUT1'"),
     ({"inputs": [tensor(), {**tensor("INPUT1"), "parameters": {"binary_data_size": 64}}]}, 400,
      "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
      "'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size'"),

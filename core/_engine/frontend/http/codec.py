@@ -342,6 +342,8 @@ def _plan_input(raw: Any, model_name: str) -> _InputPlan:
     datatype = _member(raw, "datatype", str, "string")
     shape = _parse_shape(name, _member(raw, "shape", list, "array"))
     if datatype not in BY_NAME:
+        if has_data:  # Triton's words where it reads JSON data of a type it does not know
+            raise ServerError(f"invalid datatype for input {name}")
         raise ServerError(f"invalid datatype '{datatype}' for input '{name}'")
     if REGION in params:
         return _InputPlan(name, datatype, shape, region=_shared_memory_parameters(params, name))
