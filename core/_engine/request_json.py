@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import ServerError, Status
 
-PARSE_FAILED = "failed to parse the request JSON buffer"
+_PARSE_FAILED = "failed to parse the request JSON buffer"
 # A string (skipped) or a constant Python reads and JSON does not: the first one outside strings is the refused one.
 _STRING_OR_CONSTANT = re.compile(rb'"(?:[^"\\]|\\.)*"|-?(NaN|Infinity)')
 
@@ -41,11 +41,11 @@ def parse(body: bytes, status: Status = Status.INVALID_ARG, using: json.JSONDeco
         return using.decode(body.decode("utf-8", "surrogatepass"))
     except _NotJson:
         found = next((m.start(1) for m in _STRING_OR_CONSTANT.finditer(body) if m[1]), 0)
-        raise ServerError(f"{PARSE_FAILED}: Invalid value. at {found}", status) from None
+        raise ServerError(f"{_PARSE_FAILED}: Invalid value. at {found}", status) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         if not body.strip():  # rapidjson: nothing but whitespace, which it skipped
-            raise ServerError(f"{PARSE_FAILED}: The document is empty. at {len(body)}", status) from None
-        raise ServerError(f"{PARSE_FAILED}: {error}", status) from None
+            raise ServerError(f"{_PARSE_FAILED}: The document is empty. at {len(body)}", status) from None
+        raise ServerError(f"{_PARSE_FAILED}: {error}", status) from None
 
 
 def decode(text: bytes) -> Any:

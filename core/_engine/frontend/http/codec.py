@@ -152,29 +152,29 @@ _NONCE = secrets.token_hex(8).encode()  # marks the cuts when a header's remains
 
 def parse_request(header: bytes, binary: memoryview, model_name: str, version: int | None) -> InferenceRequest:
     """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
-    key, arrays = _cut_data(header)
-    plan = _PLANS.get(key)
-    values: list[Any] = []
+    remains, texts = _cut_data(header)
+    plan = _PLANS.get(remains)
+    data: list[np.ndarray] = []  # a kept plan's JSON inputs', by cut
     if plan is None:
         plan = _plan_header(header, model_name)
-        kept = _plan_to_keep(key, plan)
+        kept = _plan_to_keep(remains, plan)
         if kept is not None:
             if len(_PLANS) >= _PLANS_MAX:
                 _PLANS.clear()
-            _PLANS[key] = kept
-    elif arrays:
+            _PLANS[remains] = kept
+    elif texts:
         try:
-            values = [request_json.decode(text) for text in arrays]
+            decoded = [request_json.decode(text) for text in texts]
         except ValueError:  # JSONDecodeError, UnicodeDecodeError: one is not a JSON array
             plan = _plan_header(header, model_name)  # Triton's words for where the header's JSON breaks
         else:  # checked in the order of a header read in full: the data before any binary blob
-            values = [_json_array(spec.name, spec.datatype, spec.shape, values[spec.cut], model_name)
-                      for spec in plan.inputs if spec.cut >= 0]
+            data = [_json_array(spec.name, spec.datatype, spec.shape, decoded[spec.cut], model_name)
+                    for spec in plan.inputs if spec.cut >= 0]
     inputs: dict[str, Tensor] = {}
     offset = 0
     for spec in plan.inputs:
         if spec.cut >= 0:
-            inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, values[spec.cut])
+            inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, data[spec.cut])
         elif spec.array is not None:
             inputs[spec.name] = Tensor(spec.name, spec.datatype, spec.shape, spec.array)
         elif spec.region is not None:  # the data plane reads it from the region
@@ -190,33 +190,34 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
 
 
 def _cut_data(header: bytes) -> tuple[tuple[bytes, ...], list[bytes]]:
-    """The header's text around each flat ``"data": [...]`` array, and the arrays' texts. A cut is not always an
-    input's data (a member name may end so): ``_plan_to_keep`` checks that a header's cuts are, before its plan
-    is kept for the headers cut the same."""
-    parts = _DATA_ARRAY.split(header)  # before each array, its text and its '"data":'
-    arrays = parts[2::3]
+    """The header cut around each flat ``"data": [...]`` array: what remains (the text before the first
+    ``"data":``, that ``"data":``, the text up to the next one, ..., the text after the last array) and the arrays'
+    texts. A cut is not always an input's data (a member's name may end in ``data``): ``_plan_to_keep`` checks
+    that before a plan is kept."""
+    parts = _DATA_ARRAY.split(header)
+    texts = parts[2::3]
     del parts[2::3]
-    return tuple(parts), arrays
+    return tuple(parts), texts
 
 
-def _plan_to_keep(cut: tuple[bytes, ...], plan: _HeaderPlan) -> _HeaderPlan | None:
+def _plan_to_keep(remains: tuple[bytes, ...], plan: _HeaderPlan) -> _HeaderPlan | None:
     """The plan of a header just read, to keep for every header ``_cut_data`` cuts the same, whatever its arrays
     hold; None unless the cuts are, in order, the ``data`` of the plan's JSON inputs and nothing else: the
     header with a marker in each cut must read as a document whose inputs hold those markers as their data."""
     json_inputs = [index for index, spec in enumerate(plan.inputs) if spec.array is not None]
-    if len(json_inputs) != len(cut) // 2 or sum(map(len, cut)) > _PLAN_HEADER_MAX:
+    if len(json_inputs) != len(remains) // 2 or sum(map(len, remains)) > _PLAN_HEADER_MAX:
         return None
     if not json_inputs:
         return plan
     markers = [b'"%s-%d"' % (_NONCE, index) for index in range(len(json_inputs))]
-    text = b"".join(part + markers[index // 2] if index % 2 else part for index, part in enumerate(cut))
+    text = b"".join(part + markers[index // 2] if index % 2 else part for index, part in enumerate(remains))
     try:
         doc = request_json.decode(text)
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         return None
     raw_inputs = doc.get("inputs") if isinstance(doc, dict) else None
-    data = [raw.get("data") for raw in raw_inputs if isinstance(raw, dict)] if isinstance(raw_inputs, list) else []
-    if [value for value in data if value is not None] != [marker[1:-1].decode() for marker in markers]:
+    found = [raw.get("data") for raw in raw_inputs if isinstance(raw, dict)] if isinstance(raw_inputs, list) else []
+    if [value for value in found if value is not None] != [marker[1:-1].decode() for marker in markers]:
         return None
     inputs = list(plan.inputs)
     for index, position in enumerate(json_inputs):
