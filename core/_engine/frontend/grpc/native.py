@@ -470,8 +470,8 @@ class Call(h2.Stream):
         self._over()
 
     def _over(self) -> None:
-        """The call has sent its status: its handler, if still running, is being cancelled and will hold none of its
-        messages once it unwinds, so their inflated bytes are given back now."""
+        """The call has sent its status: its handler is returning or being cancelled and holds none of its messages
+        once it has, so their inflated bytes are given back now."""
         self.context._finish()
         self.give_back()
         if self.server.busy_poll is not None:

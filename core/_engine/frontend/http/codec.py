@@ -154,7 +154,7 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
     """Build an InferenceRequest from the JSON header and the binary blobs that follow it."""
     remains, texts = _cut_data(header)
     plan = _PLANS.get(remains)
-    data: list[np.ndarray] = []  # a kept plan's JSON inputs', by cut
+    data: list[np.ndarray] = []  # the arrays of a kept plan's JSON inputs, by cut
     if plan is None:
         plan = _plan_header(header, model_name)
         kept = _plan_to_keep(remains, plan)
