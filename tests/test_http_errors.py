@@ -3,11 +3,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import queue
+import threading
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from triton_serve.testing import probe_config
 
 from .conftest import ADD_SUB, FRONTEND_MODES
 
@@ -195,6 +201,52 @@ def test_body_over_the_size_limit(url: str) -> None:
     bomb = gzip.compress(b" " * 100_000)
     assert_error(post(url, "/v2/models/add_sub/infer", content=bomb, headers={"Content-Encoding": "gzip"}), 400,
                  "exceeds the maximum input size")
+
+
+def _probe_input(seconds: float) -> list[httpclient.InferInput]:
+    """40 KB that gzip makes a few hundred bytes: the probe model sleeps ``seconds`` (the largest element)."""
+    data = np.zeros(10_000, np.float32)
+    data[0] = seconds
+    tensor = httpclient.InferInput("INPUT0", [data.size], "FP32")
+    tensor.set_data_from_numpy(data)
+    return [tensor]
+
+
+@pytest.mark.parametrize("frontend_processes", [0])  # the bound is per front-end process: one, for two clients
+@pytest.mark.parametrize("http_server", ["uvicorn", "hypercorn"])  # the fast /infer path, and the ASGI one
+def test_compressed_bodies_held_at_once_inflate_to_one_maximum_input_size(add_model, toy_server) -> None:  # type: ignore[no-untyped-def]
+    """Two 40 KB bodies do not fit in 64 KiB: while one sleeps in the probe model, another compressed body is
+    refused; each is given back once answered, so the first and those after it are served."""
+    add_model("probe", probe_config(max_batch_size=0))
+    server = toy_server(http_max_input_size=64 * 1024)
+    client = httpclient.InferenceServerClient(server.http_url)
+    output = [httpclient.InferRequestedOutput("OUTPUT0")]
+    for _ in range(3):
+        client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
+    sleeper: queue.Queue[Any] = queue.Queue()
+
+    def sleep_in_the_model() -> None:
+        with httpclient.InferenceServerClient(server.http_url) as own:
+            sleeper.put(own.infer("probe", _probe_input(3.0), outputs=output, request_compression_algorithm="gzip"))
+
+    thread = threading.Thread(target=sleep_in_the_model)
+    thread.start()
+    try:
+        refused = None
+        while refused is None and sleeper.empty():
+            try:
+                client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
+            except InferenceServerException as error:
+                refused = error
+    finally:
+        thread.join(30)
+    assert refused is not None, "a second compressed body was inflated while the first was held"
+    assert refused.status() == "503"
+    assert refused.message() == ("decompressed request bodies in flight would exceed the server's limit (65536 "
+                                 "bytes, --http-max-input-size); retry when fewer are in flight")
+    assert sleeper.get(timeout=0).as_numpy("OUTPUT0")[0] == 3.0
+    result = client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
+    assert result.as_numpy("OUTPUT0").shape == (10_000,)  # the sleeper gave its bytes back
 
 
 def test_unknown_model_and_version(url: str) -> None:

@@ -75,6 +75,7 @@ class HttpFrontend:
                  mounts: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
+        self.inflated_held = 0  # bytes of compressed request bodies, inflated, that requests hold (decoded_body)
         self.header_forwarder = header_forwarder  # --http-header-forward-pattern
         self.mounts = mounts or {}  # path prefix -> a plugin's ASGI app (tserve_register_http_apps)
 
@@ -199,26 +200,40 @@ class HttpFrontend:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
             raise self.too_large(int(declared))
-        body = await request.body()
-        return self.decoded_body(body, request.headers.get("content-encoding", ""))
+        body, inflated = self.decoded_body(await request.body(), request.headers.get("content-encoding", ""))
+        self.give_back(inflated)  # the routes that read it parse it before any other request runs
+        return body
 
-    def decoded_body(self, body: bytes, encoding: str) -> bytes:
-        """The body within ``--http-max-input-size``, decompressed per its Content-Encoding."""
+    def decoded_body(self, body: bytes, encoding: str) -> tuple[bytes, int]:
+        """The body within ``--http-max-input-size``, decompressed per its Content-Encoding, and the bytes counted
+        as held inflated, to ``give_back`` once the request is answered. A gzip body of a few KB can inflate to
+        the maximum, so the bodies all requests hold inflated (in this front-end process) together stay within one
+        maximum input size; a body past what the others leave is refused after at most that many bytes."""
         if len(body) > self.max_input_size:
             raise self.too_large(len(body))
         encoding = encoding.strip().lower()
-        if encoding in ("gzip", "deflate"):
-            decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
-            try:
-                body = decompressor.decompress(body, self.max_input_size + 1)
-            except zlib.error as error:
-                raise ServerError(f"failed to decompress the {encoding} request body: {error}") from None
-            if len(body) > self.max_input_size or decompressor.unconsumed_tail:
-                raise self.too_large(len(body))
-        elif encoding not in ("", "identity"):
-            raise ServerError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate",
-                              Status.UNSUPPORTED)
-        return body
+        if encoding in ("", "identity"):
+            return body, 0
+        if encoding not in ("gzip", "deflate"):
+            raise ServerError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate", Status.UNSUPPORTED)
+        limit = self.max_input_size - self.inflated_held
+        decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+        try:
+            inflated = decompressor.decompress(body, limit + 1)
+        except zlib.error as error:
+            raise ServerError(f"failed to decompress the {encoding} request body: {error}") from None
+        if len(inflated) > limit:
+            if not self.inflated_held:
+                raise self.too_large(len(inflated))
+            raise ServerError(f"decompressed request bodies in flight would exceed the server's limit "
+                              f"({self.max_input_size} bytes, --http-max-input-size); retry when fewer are in flight",
+                              Status.UNAVAILABLE)
+        self.inflated_held += len(inflated)
+        return inflated, len(inflated)
+
+    def give_back(self, inflated: int) -> None:
+        """A request is answered: the bytes its body held inflated (``decoded_body``) are free."""
+        self.inflated_held -= inflated
 
     def too_large(self, size: int) -> ServerError:
         return ServerError(f"request body of {size} bytes exceeds the maximum input size of "
@@ -254,17 +269,21 @@ class HttpFrontend:
     async def _run_infer(self, headers: dict[str, str], receive: Receive, name: str, version: int | None,
                          trace: FrontendTrace | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         body = await self._read_body(headers, receive)
-        if trace is not None:
-            trace.stamp("HTTP_RECV_END")
-        config = await self.dataplane.model_config(name, version) if is_raw_binary(headers) else None
-        infer_request = self.prepare_infer(headers, body, name, version, config)
-        infer_request.trace = trace
-        self.dataplane.submit(infer_request, decoupled_error=DECOUPLED_ERROR)
-        watch = DisconnectWatch(receive, infer_request)  # a client that leaves cancels its request
+        body, inflated = self.decoded_body(body, headers.get("content-encoding", ""))
         try:
-            response = await infer_request.single_response()
+            if trace is not None:
+                trace.stamp("HTTP_RECV_END")
+            config = await self.dataplane.model_config(name, version) if is_raw_binary(headers) else None
+            infer_request = self.prepare_infer(headers, body, name, version, config)
+            infer_request.trace = trace
+            self.dataplane.submit(infer_request, decoupled_error=DECOUPLED_ERROR)
+            watch = DisconnectWatch(receive, infer_request)  # a client that leaves cancels its request
+            try:
+                response = await infer_request.single_response()
+            finally:
+                watch.stop()
         finally:
-            watch.stop()
+            self.give_back(inflated)
         if response.error is not None:
             raise response.error
         payload, response_headers = self.encode_infer(response, infer_request, headers)
@@ -301,6 +320,7 @@ class HttpFrontend:
         return payload, response_headers
 
     async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        """The body as sent (not decompressed), within ``--http-max-input-size``."""
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
             raise self.too_large(int(declared))
@@ -317,7 +337,7 @@ class HttpFrontend:
                     raise self.too_large(size)
                 chunks.append(chunk)
             body = b"".join(chunks)
-        return self.decoded_body(body, headers.get("content-encoding", ""))
+        return body
 
     # ---- model repository -------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ class InferExchange:
     RequestResponseCycle, so uvicorn's keep-alive, shutdown and pipelining logic see it."""
 
     __slots__ = ("protocol", "frontend", "busy_poll", "name", "version", "headers", "chunks", "size", "keep_alive",
-                 "response_complete", "disconnected", "request", "answered", "waiter")
+                 "response_complete", "disconnected", "request", "answered", "inflated", "waiter")
 
     def __init__(self, protocol: HttpToolsProtocol, frontend: HttpFrontend, busy_poll: BusyPoll | None, name: str,
                  version: int | None, headers: dict[str, str], keep_alive: bool) -> None:
@@ -124,6 +124,7 @@ class InferExchange:
         self.disconnected = False
         self.request: InferenceRequest | None = None
         self.answered = False
+        self.inflated = 0  # bytes the body holds inflated, given back to the front-end once answered
         self.waiter: asyncio.Future[None] | None = None  # set by until_answered, during a graceful stop
 
     @property
@@ -178,7 +179,7 @@ class InferExchange:
                 raise frontend.too_large(self.size)
             body = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
             self.chunks = []
-            body = frontend.decoded_body(body, self.headers.get("content-encoding", ""))
+            body, self.inflated = frontend.decoded_body(body, self.headers.get("content-encoding", ""))
             request = frontend.prepare_infer(self.headers, body, self.name, self.version)
             request.set_sink(self.on_response)
             self.request = request
@@ -228,6 +229,8 @@ class InferExchange:
             return
         self.answered = True
         self.response_complete = True
+        if self.inflated:
+            self.frontend.give_back(self.inflated)
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
         protocol = self.protocol
@@ -253,6 +256,8 @@ class InferExchange:
         if not self.response_complete:
             self.disconnected = True
             self.answered = True
+            if self.inflated:
+                self.frontend.give_back(self.inflated)
             if self.waiter is not None and not self.waiter.done():
                 self.waiter.set_result(None)
             if self.request is not None and not self.request.finished:
