@@ -115,19 +115,26 @@ def single_url(example_repository: Path) -> Iterator[str]:
     server.stop()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               seen: Callable[[], object] | None = None) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds, and what ``seen``
+    returns then."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}" + (f"; seen: {seen()}" if seen else ""))
         time.sleep(0.5)
+
+
+def replica_states(deployment: str) -> dict[str, int]:
+    """How many replicas of the deployment serve.status() reports in each state (STARTING, RUNNING...)."""
+    states = serve.status().applications[APP].deployments[deployment].replica_states
+    return {str(state): count for state, count in states.items()}  # ReplicaState is a str enum
 
 
 def running_replicas(deployment: str) -> int:
     """How many replicas of the deployment serve.status() reports RUNNING."""
-    states = serve.status().applications[APP].deployments[deployment].replica_states
-    return sum(count for state, count in states.items() if state == "RUNNING")  # ReplicaState is a str enum
+    return replica_states(deployment).get("RUNNING", 0)
 
 
 def replica_actor_names(deployment: str) -> list[str]:
@@ -466,7 +473,11 @@ def test_autoscaling_adds_a_replica_under_load_and_removes_it_when_idle(ray_url:
     """The replicas report the requests they hold (Ray does not see them): Ray scales on those."""
     wait_until(lambda: running_replicas(SCALED) == 1, SCALE_TIMEOUT_S, f"{SCALED} at its minimum of one replica")
     with Load(send_bytes, ray_url, threads=6) as load:
-        wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"a second {SCALED} replica under load")
+        wait_until(lambda: sum(replica_states(SCALED).values()) == 2, SCALE_TIMEOUT_S,
+                   f"Ray to start a second {SCALED} replica under load",
+                   lambda: f"{load.done} requests served, {len(load.failures)} failed: {load.failures[:3]}")
+        wait_until(lambda: running_replicas(SCALED) == 2, SCALE_TIMEOUT_S, f"the second {SCALED} replica to run",
+                   lambda: replica_states(SCALED))
         served = load.done
         wait_until(lambda: load.done > served + 20, 60, "requests served by the scaled-up deployment")
     assert not load.failures and not load.hung, (load.hung, load.failures[:5])
