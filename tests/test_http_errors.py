@@ -5,6 +5,7 @@ import gzip
 import json
 import queue
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -203,13 +204,21 @@ def test_body_over_the_size_limit(url: str) -> None:
                  "exceeds the maximum input size")
 
 
-def _probe_input(seconds: float) -> list[httpclient.InferInput]:
-    """40 KB that gzip makes a few hundred bytes: the probe model sleeps ``seconds`` (the largest element)."""
+def _fp32_input(seconds: float = 0.0) -> list[httpclient.InferInput]:
+    """40 KB that gzip makes a few hundred bytes; the probe model sleeps ``seconds`` (the largest element)."""
     data = np.zeros(10_000, np.float32)
     data[0] = seconds
     tensor = httpclient.InferInput("INPUT0", [data.size], "FP32")
     tensor.set_data_from_numpy(data)
     return [tensor]
+
+
+IDENTITY = """
+backend: "toy_identity"
+max_batch_size: 0
+input { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
+output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }
+"""
 
 
 @pytest.mark.parametrize("frontend_processes", [0])  # the bound is per front-end process: one, for two clients
@@ -218,24 +227,35 @@ def test_compressed_bodies_held_at_once_inflate_to_one_maximum_input_size(add_mo
     """Two 40 KB bodies do not fit in 64 KiB: while one sleeps in the probe model, another compressed body is
     refused; each is given back once answered, so the first and those after it are served."""
     add_model("probe", probe_config(max_batch_size=0))
+    add_model("identity", IDENTITY)
     server = toy_server(http_max_input_size=64 * 1024)
     client = httpclient.InferenceServerClient(server.http_url)
-    output = [httpclient.InferRequestedOutput("OUTPUT0")]
-    for _ in range(3):
-        client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
+    for _ in range(3):  # one at a time: each is given back once answered
+        client.infer("identity", _fp32_input(), request_compression_algorithm="gzip")
     sleeper: queue.Queue[Any] = queue.Queue()
 
     def sleep_in_the_model() -> None:
+        """The probe's request, sent again while one of the test's own holds its bytes (refused, 503)."""
         with httpclient.InferenceServerClient(server.http_url) as own:
-            sleeper.put(own.infer("probe", _probe_input(3.0), outputs=output, request_compression_algorithm="gzip"))
+            for _ in range(100):
+                try:
+                    sleeper.put(own.infer("probe", _fp32_input(3.0), outputs=[httpclient.InferRequestedOutput(
+                        "OUTPUT0")], request_compression_algorithm="gzip"))
+                    return
+                except InferenceServerException as error:
+                    if error.status() != "503":
+                        sleeper.put(error)
+                        return
+            sleeper.put(None)
 
     thread = threading.Thread(target=sleep_in_the_model)
     thread.start()
+    refused = None
     try:
-        refused = None
-        while refused is None and sleeper.empty():
+        deadline = time.monotonic() + 30
+        while refused is None and sleeper.empty() and time.monotonic() < deadline:
             try:
-                client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
+                client.infer("identity", _fp32_input(), request_compression_algorithm="gzip")
             except InferenceServerException as error:
                 refused = error
     finally:
@@ -244,9 +264,11 @@ def test_compressed_bodies_held_at_once_inflate_to_one_maximum_input_size(add_mo
     assert refused.status() == "503"
     assert refused.message() == ("decompressed request bodies in flight would exceed the server's limit (65536 "
                                  "bytes, --http-max-input-size); retry when fewer are in flight")
-    assert sleeper.get(timeout=0).as_numpy("OUTPUT0")[0] == 3.0
-    result = client.infer("probe", _probe_input(0.0), outputs=output, request_compression_algorithm="gzip")
-    assert result.as_numpy("OUTPUT0").shape == (10_000,)  # the sleeper gave its bytes back
+    slept = sleeper.get(timeout=0)
+    assert isinstance(slept, httpclient.InferResult), slept
+    assert slept.as_numpy("OUTPUT0")[0] == 3.0
+    zeros = client.infer("identity", _fp32_input(), request_compression_algorithm="gzip").as_numpy("OUTPUT0")
+    assert zeros.shape == (10_000,) and not zeros.any()  # the sleeper gave its bytes back
 
 
 def test_unknown_model_and_version(url: str) -> None:
