@@ -80,7 +80,7 @@ class _PolicyRecorder:
 
 
 @needs_idle_priority
-def test_a_poll_whose_batch_came_while_it_was_off_its_cpu_makes_the_next_polls_normal_for_a_while(
+def test_two_polls_in_a_row_whose_batch_came_while_they_were_off_their_cpu_make_the_next_polls_normal_for_a_while(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock()
     monkeypatch.setattr(protocol.time, "perf_counter", clock)
@@ -101,11 +101,16 @@ def test_a_poll_whose_batch_came_while_it_was_off_its_cpu_makes_the_next_polls_n
         assert hinted_read(0.0) == [os.SCHED_IDLE]  # on time: idle priority, and it stays so
         assert hinted_read(STARVED_S / 2) == [os.SCHED_IDLE]  # a short preemption is what idle priority is for
         assert hinted_read(STARVED_S * 4) == [os.SCHED_IDLE]  # the batch waited while the poller was off its CPU
+        assert hinted_read(0.0) == [os.SCHED_IDLE]  # once: the server's own work, and the next poll was on time
+        assert hinted_read(STARVED_S * 4) == [os.SCHED_IDLE]
+        assert hinted_read(STARVED_S * 4) == [os.SCHED_IDLE]  # twice in a row: other processes hold the CPUs
         assert hinted_read(0.0) == [os.SCHED_OTHER]  # so the next polls run at normal priority
         clock.now += NORMAL_FOR_S / 2
         assert hinted_read(0.0) == [os.SCHED_OTHER]
         clock.now += NORMAL_FOR_S
         assert hinted_read(0.0) == [os.SCHED_IDLE]  # then at idle priority again
+        assert hinted_read(STARVED_S * 4) == [os.SCHED_IDLE]  # and a late poll counts as the first again
+        assert hinted_read(0.0) == [os.SCHED_IDLE]
         assert os.sched_getscheduler(0) == os.SCHED_OTHER
     finally:
         server_end.close()

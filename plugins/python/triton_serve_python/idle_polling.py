@@ -7,8 +7,10 @@ c=4, where one batch at a time leaves the worker polling most of the time, polli
 server a fifth of its throughput.
 
 Where other processes keep every CPU busy, an idle-priority poller gets its CPU late, and with it the batch that
-came meanwhile. A poll that finds its batch right after ``STARVED_S`` or more off its CPU makes the worker poll at
-normal priority for ``NORMAL_FOR_S``, then try again.
+came meanwhile. Two polls in a row that find their batch right after ``STARVED_S`` or more off their CPU make the
+worker poll at normal priority for ``NORMAL_FOR_S``, then try again. One such poll alone is the server's own work
+on a busy machine (at c=16 a few in a thousand polls; beside CPU-bound processes, most of them): polling at normal
+priority then would take the CPU the server needs.
 
 Linux lets a thread leave ``SCHED_IDLE`` only with ``CAP_SYS_NICE`` or an ``RLIMIT_NICE`` that allows its nice
 value; ``IdlePriority.probed()`` tries it on a thread of its own first, and without it the worker polls as before.
@@ -19,7 +21,7 @@ import os
 import threading
 
 STARVED_S = 0.002  # a gap this long between two polls: the poller was off its CPU for more than a slice or two
-NORMAL_FOR_S = 1.0  # after such a gap, how long the worker polls at normal priority
+NORMAL_FOR_S = 1.0  # after two such gaps in a row, how long the worker polls at normal priority
 
 
 def _may_leave_idle_priority() -> bool:
@@ -51,6 +53,7 @@ class IdlePriority:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self._normal_until = 0.0  # perf_counter time until which polls stay at normal priority
+        self._starved = False  # whether the last idle-priority poll that found its batch found it late
 
     @classmethod
     def probed(cls) -> IdlePriority:
@@ -68,8 +71,13 @@ class IdlePriority:
             return False
         return True
 
-    def leave(self, starved: bool, now: float) -> None:
-        """Back to normal priority; ``starved``: the poll's bytes came while it was off its CPU too long."""
+    def leave(self, starved: bool | None, now: float) -> None:
+        """Back to normal priority; ``starved``: whether the poll's bytes came while it was off its CPU too long
+        (None: the poll found none)."""
         os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        if starved:
+        if starved is None:
+            return
+        if starved and self._starved:
             self._normal_until = now + NORMAL_FOR_S
+            starved = False  # the next late poll, after this time, counts as the first again
+        self._starved = starved

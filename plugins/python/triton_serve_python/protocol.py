@@ -303,7 +303,7 @@ class BlockingChannel:
                         continue
             finally:
                 if idle:  # starved: the batch came while the poller was off its CPU, and may have waited as long
-                    self._idle_priority.leave(starved=data is not None and now - last > STARVED_S, now=now)
+                    self._idle_priority.leave(starved=None if data is None else now - last > STARVED_S, now=now)
         if data is None:
             data = self._sock.recv(_RECEIVE_SIZE)
         learnt.learn(time.perf_counter() - start)
