@@ -48,7 +48,7 @@ def _may_leave_idle_priority() -> bool:
 
 
 class IdlePriority:
-    """Switches the calling thread to idle priority for a poll, unless a recent poll was starved."""
+    """Switches the calling thread to idle priority for a poll, unless two polls in a row were starved lately."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
