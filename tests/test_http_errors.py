@@ -204,6 +204,15 @@ def test_body_over_the_size_limit(url: str) -> None:
                  "exceeds the maximum input size")
 
 
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"not gzip at all", "Error -3 while decompressing data: incorrect header check"),
+    (gzip.compress(b'{"inputs": []}')[:-12], "incomplete data"),  # cut before the trailer: never a partial body
+])
+def test_a_gzip_body_that_does_not_inflate_is_refused(url: str, body: bytes, reason: str) -> None:
+    assert_error(post(url, "/v2/models/add_sub/infer", content=body, headers={"Content-Encoding": "gzip"}), 400,
+                 f"failed to decompress the gzip request body: {reason}")
+
+
 def _fp32_input(seconds: float = 0.0) -> list[httpclient.InferInput]:
     """40 KB that gzip makes a few hundred bytes; the probe model sleeps ``seconds`` (the largest element)."""
     data = np.zeros(10_000, np.float32)

@@ -18,7 +18,6 @@ import logging
 import socket
 import ssl
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from google.protobuf.message_factory import GetMessageClass
 from ..busy_poll import BusyPoll
 from ...errors import unavailable
 from ...protos import grpc_service_pb2, health_pb2
+from ..inflate import WBITS, BudgetSpent, InflateBudget, TooLarge, Undecodable
 from ..restricted import GrpcRestrictionInterceptor
 from . import h2
 
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 _HIDDEN = frozenset(("content-type", "te", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout"))
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _ZLIB_LEVELS = {"low": 1, "medium": 6, "high": 9}
-_ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 class _Method:
@@ -303,7 +302,7 @@ class Call(h2.Stream):
         try:
             message = self.method.request_type.FromString(payload)
         except Exception:
-            self.server.inflated_held -= inflated
+            self.server.inflate_budget.give_back(inflated)
             self.fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
         if inflated:
@@ -314,45 +313,35 @@ class Call(h2.Stream):
         return message
 
     def _inflate(self, payload: bytes) -> bytes:
-        """``payload`` inflated and counted as held by the server until ``give_back``. Never past the maximum
-        message size, nor past what the messages other calls hold inflated leave of it: a compressed message of a
-        few KB can inflate to GBs, so the bytes all calls hold inflated together stay within one maximum-size
-        message. A message past either fails its call after at most that many bytes were allocated."""
-        wbits = _ZLIB_WBITS.get(self.encoding)
+        """``payload`` inflated and counted as held by the server until ``give_back``: within the maximum message
+        size, and within what the messages other calls hold inflated leave of it (``InflateBudget``). A message
+        past either fails its call."""
+        wbits = WBITS.get(self.encoding)
         if wbits is None:
             self.fail(grpc.StatusCode.INTERNAL, "Compressed message without grpc-encoding")
             return b""
-        server = self.server
-        limit = server.max_message_size - server.inflated_held
-        inflater = zlib.decompressobj(wbits)
         try:
-            data = inflater.decompress(payload, limit + 1)
-        except zlib.error as error:
+            return self.server.inflate_budget.inflate(payload, wbits)
+        except Undecodable as error:
             self.fail(grpc.StatusCode.INTERNAL, f"Failed to decompress the message: {error}")
-            return b""
-        if len(data) > limit:
-            if not server.inflated_held:
-                self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")  # grpcio's
-            else:
-                self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"Decompressed messages in flight would exceed the server's limit ({server.max_message_size} "
-                          "bytes); retry when fewer are in flight")
-            return b""
-        if not inflater.eof:
-            self.fail(grpc.StatusCode.INTERNAL, "Failed to decompress the message: incomplete data")
-            return b""
-        server.inflated_held += len(data)
-        return data
+        except TooLarge:
+            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max")  # grpcio's words
+        except BudgetSpent:
+            self.fail(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                      f"Decompressed messages in flight would exceed the server's limit "
+                      f"({self.server.max_message_size} bytes); retry when fewer are in flight")
+        return b""
 
     def give_back(self, message: Any = None) -> None:
         """Give the server back the inflated bytes of ``message``, or of every message the call holds."""
         held = self.inflated
         if held:
+            budget = self.server.inflate_budget
             if message is None:
-                self.server.inflated_held -= sum(held.values())
+                budget.give_back(sum(held.values()))
                 held.clear()
             else:
-                self.server.inflated_held -= held.pop(id(message), 0)
+                budget.give_back(held.pop(id(message), 0))
 
     def end_received(self) -> None:
         if self.ended:
@@ -516,7 +505,7 @@ class NativeServer:
         self.max_age_grace = None if max_connection_age_grace_ms is None else max_connection_age_grace_ms / 1000
         self.ping_policy = ping_policy
         self.busy_poll = busy_poll  # told of every call's start and end
-        self.inflated_held = 0  # bytes of compressed request messages, inflated, that calls hold (Call._inflate)
+        self.inflate_budget = InflateBudget(max_message_size)  # compressed messages held inflated (Call._inflate)
         self.connections: set[h2.H2Connection] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.server: asyncio.AbstractServer | None = None

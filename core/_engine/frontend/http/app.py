@@ -22,6 +22,7 @@ from ...errors import ServerError, Status
 from ...inference import InferenceRequest, InferenceResponse
 from ...protos.model_config_pb2 import ModelConfig
 from ..header_forwarding import HeaderForwarder
+from ..inflate import WBITS, BudgetSpent, InflateBudget, TooLarge, Undecodable
 from ...load_overrides import decode_file_parameters
 from ...trace_settings import update_from_json
 from ..trace import TRACEPARENT, FrontendTrace
@@ -75,7 +76,7 @@ class HttpFrontend:
                  mounts: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] | None = None) -> None:
         self.dataplane = dataplane
         self.max_input_size = max_input_size
-        self.inflated_held = 0  # bytes of compressed request bodies, inflated, that requests hold (decoded_body)
+        self.inflate_budget = InflateBudget(max_input_size)  # compressed bodies held inflated (decoded_body)
         self.header_forwarder = header_forwarder  # --http-header-forward-pattern
         self.mounts = mounts or {}  # path prefix -> a plugin's ASGI app (tserve_register_http_apps)
 
@@ -201,39 +202,32 @@ class HttpFrontend:
         if declared is not None and declared.isdigit() and int(declared) > self.max_input_size:
             raise self.too_large(int(declared))
         body, inflated = self.decoded_body(await request.body(), request.headers.get("content-encoding", ""))
-        self.give_back(inflated)  # the routes that read it parse it before any other request runs
+        self.inflate_budget.give_back(inflated)  # the routes that read it parse it before any other request runs
         return body
 
     def decoded_body(self, body: bytes, encoding: str) -> tuple[bytes, int]:
         """The body within ``--http-max-input-size``, decompressed per its Content-Encoding, and the bytes counted
-        as held inflated, to ``give_back`` once the request is answered. A gzip body of a few KB can inflate to
-        the maximum, so the bodies all requests hold inflated (in this front-end process) together stay within one
-        maximum input size; a body past what the others leave is refused after at most that many bytes."""
+        as held inflated, to give back to ``inflate_budget`` once the request is answered: the bodies all requests
+        hold inflated (in this front-end process) together stay within one maximum input size."""
         if len(body) > self.max_input_size:
             raise self.too_large(len(body))
         encoding = encoding.strip().lower()
         if encoding in ("", "identity"):
             return body, 0
-        if encoding not in ("gzip", "deflate"):
+        wbits = WBITS.get(encoding)
+        if wbits is None:
             raise ServerError(f"unsupported Content-Encoding '{encoding}'; use gzip or deflate", Status.UNSUPPORTED)
-        limit = self.max_input_size - self.inflated_held
-        decompressor = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
         try:
-            inflated = decompressor.decompress(body, limit + 1)
-        except zlib.error as error:
+            inflated = self.inflate_budget.inflate(body, wbits)
+        except Undecodable as error:
             raise ServerError(f"failed to decompress the {encoding} request body: {error}") from None
-        if len(inflated) > limit:
-            if not self.inflated_held:
-                raise self.too_large(len(inflated))
+        except TooLarge as error:
+            raise self.too_large(error.size) from None
+        except BudgetSpent:
             raise ServerError(f"decompressed request bodies in flight would exceed the server's limit "
                               f"({self.max_input_size} bytes, --http-max-input-size); retry when fewer are in flight",
-                              Status.UNAVAILABLE)
-        self.inflated_held += len(inflated)
+                              Status.UNAVAILABLE) from None
         return inflated, len(inflated)
-
-    def give_back(self, inflated: int) -> None:
-        """A request is answered: the bytes its body held inflated (``decoded_body``) are free."""
-        self.inflated_held -= inflated
 
     def too_large(self, size: int) -> ServerError:
         return ServerError(f"request body of {size} bytes exceeds the maximum input size of "
@@ -283,7 +277,7 @@ class HttpFrontend:
             finally:
                 watch.stop()
         finally:
-            self.give_back(inflated)
+            self.inflate_budget.give_back(inflated)
         if response.error is not None:
             raise response.error
         payload, response_headers = self.encode_infer(response, infer_request, headers)

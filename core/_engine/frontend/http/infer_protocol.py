@@ -229,8 +229,7 @@ class InferExchange:
             return
         self.answered = True
         self.response_complete = True
-        if self.inflated:
-            self.frontend.give_back(self.inflated)
+        self.give_back_body()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
         protocol = self.protocol
@@ -251,13 +250,18 @@ class InferExchange:
             self.busy_poll.answered()
         protocol.on_response_complete()
 
+    def give_back_body(self) -> None:
+        """The request is answered or its client left: the bytes its body held inflated are free."""
+        if self.inflated:
+            self.frontend.inflate_budget.give_back(self.inflated)
+            self.inflated = 0
+
     def set(self) -> None:
         """uvicorn calls this when the connection is lost: a request still running is cancelled."""
         if not self.response_complete:
             self.disconnected = True
             self.answered = True
-            if self.inflated:
-                self.frontend.give_back(self.inflated)
+            self.give_back_body()
             if self.waiter is not None and not self.waiter.done():
                 self.waiter.set_result(None)
             if self.request is not None and not self.request.finished:
