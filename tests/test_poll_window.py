@@ -3,6 +3,8 @@ wait, within a floor and the configured limit, none where the usual wait exceeds
 counted as twice the limit."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from triton_serve.worker import PollWindow
@@ -44,3 +46,15 @@ def test_a_limit_of_zero_never_polls() -> None:
     window = PollWindow(0.0)
     _learn(window, 1e-6, 10)
     assert window.seconds == 0
+
+
+def test_a_timed_wait_is_learnt_once_and_only_when_one_began() -> None:
+    window = PollWindow(1.0)
+    window.came()  # nothing was waited for: nothing learnt
+    assert window.usual_s == 0
+    window.wait_began(time.perf_counter() - 0.08)  # began 80 ms ago
+    window.came()
+    assert window.usual_s >= 0.08 / 8
+    learnt = window.usual_s
+    window.came()  # the same arrival told twice, or one no wait preceded: counted once
+    assert window.usual_s == learnt

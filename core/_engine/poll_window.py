@@ -7,6 +7,8 @@ what usually comes later than the configured limit not at all.
 """
 from __future__ import annotations
 
+import time
+
 FLOOR_S = 50e-6  # the shortest poll: what a poller that has learnt no wait yet polls for
 
 
@@ -16,15 +18,26 @@ class PollWindow:
     usual wait is longer than ``limit_s``, or ``limit_s`` is 0. One wait counts as at most twice ``limit_s``, so
     a long absence moves the average by a quarter of the limit, and polling resumes a few short waits later."""
 
-    __slots__ = ("limit_s", "usual_s")
+    __slots__ = ("limit_s", "usual_s", "_since")
 
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
         self.usual_s = 0.0
+        self._since = 0.0  # when the wait being timed began (``time.perf_counter``); 0: none
 
     def learn(self, waited_s: float) -> None:
         """It came ``waited_s`` seconds after the poll (or the sleep) for it began."""
         self.usual_s += (min(waited_s, 2 * self.limit_s) - self.usual_s) / 8
+
+    def wait_began(self, now: float) -> None:
+        """A wait to learn from began at ``now`` (``time.perf_counter``); ``came`` ends it."""
+        self._since = now
+
+    def came(self) -> None:
+        """What was waited for came: learn how long the wait begun by ``wait_began`` took (nothing if none was)."""
+        if self._since:
+            self.learn(time.perf_counter() - self._since)
+            self._since = 0.0
 
     @property
     def seconds(self) -> float:

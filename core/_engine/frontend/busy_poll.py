@@ -23,25 +23,23 @@ class BusyPoll:
     """Keeps one event loop turning after each ``answered()`` for four times the usual wait for the next request,
     measured by ``arrived()``, bounded by ``microseconds`` (0: never)."""
 
-    __slots__ = ("_loop", "window", "_answered_at", "_until", "_turning")
+    __slots__ = ("_loop", "window", "_until", "_turning")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, microseconds: int) -> None:
         self._loop = loop
         self.window = PollWindow(microseconds / 1e6)  # learns the wait from an answer to the next request
-        self._answered_at = 0.0  # the last answer not yet followed by a request; 0: none
         self._until = 0.0
         self._turning = False
 
     def arrived(self) -> None:
         """A request arrived: learn how long after the last answer."""
-        if self._answered_at:
-            self.window.learn(time.perf_counter() - self._answered_at)
-            self._answered_at = 0.0
+        self.window.came()
 
     def answered(self) -> None:
         """An answer went out: poll for the next request for ``window.seconds`` from now."""
         if self.window.limit_s:
-            now = self._answered_at = time.perf_counter()
+            now = time.perf_counter()
+            self.window.wait_began(now)
             window = self.window.seconds
             if window and now + window > self._until:
                 self._until = now + window

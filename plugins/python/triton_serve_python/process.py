@@ -119,7 +119,6 @@ class WorkerProcess:
         self._outgoing: list[bytes] = []  # frames written during this event-loop turn, sent at its end
         self._poll_s = 0.0  # after the next flush, how long the event loop polls for the answer (a batch alone)
         self._answer_window = PollWindow(options.busy_poll_microseconds / 1e6)  # learns how soon lone batches answer
-        self._asked_at = 0.0  # when the lone batch whose answer is being timed was sent; 0: none
         self._exit_task: asyncio.Task[None] | None = None
         # The answers the worker owes, in the order it will send them (it answers in the order it was asked).
         self._replies: deque[asyncio.Future[Message]] = deque()
@@ -349,9 +348,7 @@ class WorkerProcess:
         elif kind == Kind.GROW:
             self._grow_output(body)
         elif kind in _ANSWERS and self._replies:
-            if self._asked_at:
-                self._answer_window.learn(time.perf_counter() - self._asked_at)
-                self._asked_at = 0.0
+            self._answer_window.came()
             reply = self._replies.popleft()
             if not reply.done():  # done: failed by a timeout while the answer was on its way
                 if kind == Kind.RESULT:
@@ -467,7 +464,7 @@ class WorkerProcess:
         if not _OWING:
             poll_s = self._answer_window.limit_s
             self._poll_s = max(self._poll_s, self._answer_window.seconds)
-            self._asked_at = time.perf_counter()
+            self._answer_window.wait_began(time.perf_counter())
         body = (body[0], body[1], keys, body[3], poll_s)
         try:
             _kind, (batch_error, responses, timing) = await self._call(
