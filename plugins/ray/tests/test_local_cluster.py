@@ -8,7 +8,7 @@ from triton_serve_ray.local_cluster import ClusterFailed, LocalCluster, NodeSpec
 
 
 def test_a_node_that_fails_to_start_is_named_with_its_output_and_the_heads_gcs_log() -> None:
-    nodes = LocalCluster([NodeSpec(1), NodeSpec(-1, ip="127.0.0.2")], start_timeout_s=120)  # Ray refuses -1 CPUs
+    nodes = LocalCluster([NodeSpec(1), NodeSpec(-1, ip="127.0.0.2")], start_timeout_s=180)  # Ray refuses -1 CPUs
     with pytest.raises(ClusterFailed) as failed:
         nodes.start()
     message = str(failed.value)

@@ -69,12 +69,12 @@ def free_port() -> int:
 
 class LocalCluster:
     """The head (the first of ``nodes``) and the other nodes, each a ``ray start --block`` process of its own
-    session, with a temporary directory of their own. ``start()`` returns when every node has started
-    (``start_timeout_s`` in all), or raises ``ClusterFailed`` with the end of the failed node's output;
-    ``stop()`` stops them (SIGTERM, on which ``ray start`` stops its node's processes; what is left after
-    ``STOP_TIMEOUT_S`` is killed) and never touches another cluster of the machine (no ``ray stop``).
-    A node gets SIGTERM too when the process that started it exits. A driver of this machine connects with
-    ``ray.init(address=cluster.address)``."""
+    session, with a temporary directory of their own. ``start()`` returns when every node has started (each within
+    ``start_timeout_s`` of its launch: a head slowed by a busy machine leaves the next node its full time), or
+    raises ``ClusterFailed`` with the end of the failed node's output; ``stop()`` stops them (SIGTERM, on which
+    ``ray start`` stops its node's processes; what is left after ``STOP_TIMEOUT_S`` is killed) and never touches
+    another cluster of the machine (no ``ray stop``). A node gets SIGTERM too when the process that started it
+    exits. A driver of this machine connects with ``ray.init(address=cluster.address)``."""
 
     def __init__(self, nodes: list[NodeSpec], object_store_bytes: int = 100 * 1024 * 1024,
                  start_timeout_s: float = 120.0) -> None:
@@ -104,7 +104,6 @@ class LocalCluster:
         return self.temp_dir / f"node{number}.log"
 
     def start(self) -> LocalCluster:
-        deadline = time.monotonic() + self.start_timeout_s
         try:
             for number, node in enumerate(self.nodes):
                 with open(self.log_of(number), "wb") as log:
@@ -112,7 +111,7 @@ class LocalCluster:
                         self._command(node, head=number == 0), stdin=subprocess.DEVNULL, stdout=log,
                         stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_starter,
                         env={**os.environ, **NODE_ENVIRONMENT}))
-                self._wait_started(number, self.processes[-1], deadline)
+                self._wait_started(number, self.processes[-1], time.monotonic() + self.start_timeout_s)
         except BaseException:
             self.stop()
             raise
