@@ -31,6 +31,7 @@ def decoder(object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = N
 
 
 _DECODER = decoder()
+_SCAN = _DECODER.scan_once  # the C scanner: one value from an index, no whitespace skipped
 
 
 def parse(body: bytes, status: Status = Status.INVALID_ARG, using: json.JSONDecoder = _DECODER) -> Any:
@@ -52,3 +53,17 @@ def decode(text: bytes) -> Any:
     """``text`` as JSON; ValueError where ``parse`` would raise (for a hot path that reads the body in full, for
     its words, only when this fails)."""
     return _DECODER.decode(text.decode("utf-8", "surrogatepass"))
+
+
+def decode_arrays(texts: list[bytes]) -> list[Any]:
+    """Texts that each hold one JSON array with no bracket inside it (``[1,2]``, not ``[[1],[2]]``), read in one
+    pass as the items of one array; ValueError where ``decode`` would refuse any of them. A string that runs
+    past the end of its text would merge it with the next: then fewer items come than texts, also refused."""
+    joined = (b"[" + b",".join(texts) + b"]").decode("utf-8", "surrogatepass")
+    try:
+        items, end = _SCAN(joined, 0)
+    except StopIteration:  # no JSON value where one was due
+        raise ValueError("not a JSON array") from None
+    if end != len(joined) or len(items) != len(texts):
+        raise ValueError("not one JSON array per text")
+    return items

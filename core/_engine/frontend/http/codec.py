@@ -61,10 +61,14 @@ def _flatten(data: Any) -> list[Any]:
 
 
 def _json_array(name: str, datatype: str, shape: tuple[int, ...], data: Any, model_name: str) -> np.ndarray:
+    """An input's JSON ``data``, flattened as Triton reads nested arrays, as an array of ``shape``."""
+    return _flat_json_array(name, datatype, shape, _flatten(data), model_name)
+
+
+def _flat_json_array(name: str, datatype: str, shape: tuple[int, ...], flat: list[Any], model_name: str) -> np.ndarray:
     if datatype in ("FP16", "BF16"):
         raise ServerError(f"receiving {datatype} data via JSON is not supported. "
                           f"Please use the binary data format for input {name}")
-    flat = _flatten(data)
     count = element_count(shape)
     if len(flat) != count:
         if datatype == "BYTES":
@@ -164,11 +168,11 @@ def parse_request(header: bytes, binary: memoryview, model_name: str, version: i
             _PLANS[remains] = kept
     elif texts:
         try:
-            decoded = [request_json.decode(text) for text in texts]
+            decoded = request_json.decode_arrays(texts)  # flat: a cut holds no bracket
         except ValueError:  # JSONDecodeError, UnicodeDecodeError: one is not a JSON array
             plan = _plan_header(header, model_name)  # Triton's words for where the header's JSON breaks
         else:  # checked in the order of a header read in full: the data before any binary blob
-            data = [_json_array(spec.name, spec.datatype, spec.shape, decoded[spec.cut], model_name)
+            data = [_flat_json_array(spec.name, spec.datatype, spec.shape, decoded[spec.cut], model_name)
                     for spec in plan.inputs if spec.cut >= 0]
     inputs: dict[str, Tensor] = {}
     offset = 0
