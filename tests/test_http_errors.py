@@ -196,6 +196,18 @@ def test_bad_binary_requests(url: str, sizes: list[int], blob_size: int, header_
     assert_error(post(url, "/v2/models/add_sub/infer", content=content, headers=headers), 400, message)
 
 
+@pytest.mark.parametrize("path", ["/v2/models/add_sub/infer", "/v2/models/add%5Fsub/infer"],
+                         ids=["answered-from-the-parser", "asgi-app"])  # a %-escape leaves it to the app
+def test_the_first_of_a_repeated_header_is_the_one_read(url: str, path: str) -> None:
+    content, headers = binary_request([64, 64], np.arange(32, dtype=np.int32).tobytes())
+    length = headers["Inference-Header-Content-Length"]
+    repeated = [("Inference-Header-Content-Length", length), ("Inference-Header-Content-Length", "abc")]
+    response = httpx.post(url + path, content=content, headers=repeated)
+    assert response.status_code == 200, response.text
+    outputs = {output["name"]: output["data"] for output in response.json()["outputs"]}
+    assert outputs["OUTPUT0"] == [i + 16 + i for i in range(16)]
+
+
 def test_body_over_the_size_limit(url: str) -> None:
     assert_error(post(url, "/v2/models/add_sub/infer", content=b" " * 5000), 400,
                  "exceeds the maximum input size of 4096 bytes")

@@ -237,7 +237,8 @@ class HttpFrontend:
         """POST .../infer without starlette's Request and Response objects: one dict of headers, the body
         read straight from ``receive``, the response sent as one start and one body message. While tracing
         is armed, the request's HTTP timestamps are noted for its trace."""
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        # the first header of a name wins, as in Triton (and InferExchange.take)
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(scope["headers"])}
         trace = FrontendTrace(headers.get(TRACEPARENT), "HTTP_RECV_START") if self.dataplane.trace_armed else None
         try:
             status, response_headers, payload = await self._reply(headers, receive, name, version_text, trace)

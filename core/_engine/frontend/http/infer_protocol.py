@@ -150,9 +150,8 @@ class InferExchange:
             return None
         if check is not None and check.refusal(http_category(text), protocol.headers) is not None:
             return None  # the ASGI app refuses it with Triton's message
-        headers: dict[str, str] = {}
-        for key, value in protocol.headers:  # the first header of a name wins, as in Triton
-            headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+        # the first header of a name wins, as in Triton: reversed, it is the last one set
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(protocol.headers)}
         length = headers.get(HEADER_LENGTH)
         if length is not None and length.strip() == "0":
             return None  # raw binary: the model's config decides the shape (the ASGI app asks for it)
