@@ -228,7 +228,8 @@ class InferExchange:
             return
         self.answered = True
         self.response_complete = True
-        self.give_back_body()
+        if self.inflated:
+            self.give_back_body()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
         protocol = self.protocol
