@@ -31,7 +31,9 @@ def decoder(object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = N
 
 
 _DECODER = decoder()
-_SCAN = _DECODER.scan_once  # the C scanner: one value from an index, no whitespace skipped
+# The decoder's C scanner (its __init__ sets it; typeshed does not say so): one value from an index, with the
+# decoder's settings, no whitespace skipped.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def parse(body: bytes, status: Status = Status.INVALID_ARG, using: json.JSONDecoder = _DECODER) -> Any:
