@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_serve._engine.cli import build_parser, options_from_args
 from triton_serve._engine.frontend.grpc import h2
+from triton_serve._engine.frontend.grpc.header_block import HeaderDecoder
 from triton_serve._engine.frontend.grpc.server import GrpcOptions
 from triton_serve._engine.protos import grpc_service_pb2 as pb
 from triton_serve._engine.protos import health_pb2, health_pb2_grpc
@@ -359,7 +360,7 @@ def test_the_server_ends_a_call_past_its_grpc_timeout(server) -> None:  # type: 
 def test_a_remembered_header_block_means_what_the_table_says_now() -> None:
     """A block of indexed fields is decoded once per table state: once a block changes the table, the same bytes
     are decoded again (here they then mean other headers)."""
-    encoder, decoder = hpack.Encoder(), h2.HeaderDecoder()
+    encoder, decoder = hpack.Encoder(), HeaderDecoder()
     first = [(":path", "/a"), ("x-one", "1")]
     second = [(":path", "/b"), ("x-two", "2")]
     assert decoder.decode(encoder.encode(first))[0] == first  # literals: the table grows

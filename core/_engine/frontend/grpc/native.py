@@ -31,6 +31,7 @@ from ...protos import grpc_service_pb2, health_pb2
 from ..inflate import WBITS, BudgetSpent, InflateBudget, TooLarge, Undecodable
 from ..restricted import GrpcRestrictionInterceptor
 from . import h2
+from .header_block import STATUS_200, literal_header
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,8 @@ def _parse_timeout(value: str) -> float | None:
     return int(value[:-1]) * _TIMEOUT_UNITS[value[-1]]
 
 
-_RESPONSE_HEAD = h2.STATUS_200 + h2.literal_header(b"content-type", b"application/grpc")
-_RESPONSE_HEAD_GZIP = _RESPONSE_HEAD + h2.literal_header(b"grpc-encoding", b"gzip")
+_RESPONSE_HEAD = STATUS_200 + literal_header(b"content-type", b"application/grpc")
+_RESPONSE_HEAD_GZIP = _RESPONSE_HEAD + literal_header(b"grpc-encoding", b"gzip")
 
 
 def _headers_frame(stream_id: int, block: bytes, end: bool, max_frame: int) -> bytes:
@@ -98,13 +99,13 @@ def _headers_frame(stream_id: int, block: bytes, end: bool, max_frame: int) -> b
 
 
 def _trailer_block(code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, Any]] = ()) -> bytes:
-    block = h2.literal_header(b"grpc-status", str(code.value[0]).encode())
+    block = literal_header(b"grpc-status", str(code.value[0]).encode())
     if details:
-        block += h2.literal_header(b"grpc-message", _percent_encode(details))
+        block += literal_header(b"grpc-message", _percent_encode(details))
     for key, value in trailing:
         if key.endswith("-bin") and isinstance(value, bytes):
             value = base64.b64encode(value).rstrip(b"=")
-        block += h2.literal_header(key.encode(), value if isinstance(value, bytes) else str(value).encode())
+        block += literal_header(key.encode(), value if isinstance(value, bytes) else str(value).encode())
     return block
 
 
