@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -49,6 +49,12 @@ Send = Callable[[Message], Awaitable[None]]
 def _error(message: str, status: int) -> Response:
     """Triton's error body (ASCII JSON: a message quoting a client's lone surrogate still encodes)."""
     return Response(error_body(message), status, media_type="application/json")
+
+
+def header_dict(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw (name, value) headers (names lower case) as text; of a name sent twice, the first counts, as in Triton
+    (reversed, it is the last one set)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(headers)}
 
 
 def is_raw_binary(headers: dict[str, str]) -> bool:
@@ -237,8 +243,7 @@ class HttpFrontend:
         """POST .../infer without starlette's Request and Response objects: one dict of headers, the body
         read straight from ``receive``, the response sent as one start and one body message. While tracing
         is armed, the request's HTTP timestamps are noted for its trace."""
-        # the first header of a name wins, as in Triton (and InferExchange.take)
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(scope["headers"])}
+        headers = header_dict(scope["headers"])
         trace = FrontendTrace(headers.get(TRACEPARENT), "HTTP_RECV_START") if self.dataplane.trace_armed else None
         try:
             status, response_headers, payload = await self._reply(headers, receive, name, version_text, trace)

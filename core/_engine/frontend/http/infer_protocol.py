@@ -26,7 +26,7 @@ from ..busy_poll import BusyPoll
 from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
 from ..restricted import RestrictionCheck, http_category
-from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
+from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body, header_dict
 from .app import log as log_requests
 
 if TYPE_CHECKING:
@@ -150,8 +150,7 @@ class InferExchange:
             return None
         if check is not None and check.refusal(http_category(text), protocol.headers) is not None:
             return None  # the ASGI app refuses it with Triton's message
-        # the first header of a name wins, as in Triton: reversed, it is the last one set
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(protocol.headers)}
+        headers = header_dict(protocol.headers)
         length = headers.get(HEADER_LENGTH)
         if length is not None and length.strip() == "0":
             return None  # raw binary: the model's config decides the shape (the ASGI app asks for it)
