@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from profile_stages import inference_count  # noqa: E402
-from run_add_sub import LOOPBACK, PERF_ANALYZER, PROTOCOLS, REPO, SCRIPTS, free_ports, running, server_flags  # noqa: E402
+from run_add_sub import (LOOPBACK, PERF_ANALYZER, PROTOCOLS, REPO, SCRIPTS, free_ports, running,  # noqa: E402
+                         server_flags, with_dynamic_batching)
 
 
 def children(pid: int) -> list[int]:
@@ -53,10 +54,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="paired-"))
     repository = REPO / "core" / "example_repository"
     if args.batched:
-        subprocess.run(["cp", "-r", str(repository / "add_sub"), str(scratch)], check=True)
-        config = scratch / "add_sub" / "config.pbtxt"
-        config.write_text(config.read_text() + "\ndynamic_batching { }\n")
-        repository = scratch
+        repository = with_dynamic_batching(repository, "add_sub", scratch)
     command = [str(SCRIPTS / "triton-serve"), *server_flags(repository, "add_sub", ports), *args.ours_flags.split()]
     base = f"http://{LOOPBACK}:{ports.http}/v2"
     windows: dict[str, list[float]] = {setting: [] for setting in args.settings}

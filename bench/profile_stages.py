@@ -28,7 +28,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from run_add_sub import (LOOPBACK, PERF_ANALYZER, REPO, SCRIPTS, free_ports, running, server_flags,  # noqa: E402
-                         PROTOCOLS, triton_command)
+                         PROTOCOLS, triton_command, with_dynamic_batching)
 
 # (stage, markers): the first stage one of whose markers appears in a frame, innermost frame first.
 STAGES = [
@@ -126,11 +126,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="profile-"))
     repository = REPO / "core" / "example_repository"
     if args.batched:
-        (scratch / "add_sub").mkdir()
-        subprocess.run(["cp", "-r", str(repository / "add_sub"), str(scratch)], check=True)
-        config = scratch / "add_sub" / "config.pbtxt"
-        config.write_text(config.read_text() + "\ndynamic_batching { }\n")
-        repository = scratch
+        repository = with_dynamic_batching(repository, "add_sub", scratch)
     command, env = [str(SCRIPTS / "triton-serve"), *server_flags(repository, "add_sub", ports),
                     *args.ours_flags.split()], dict(os.environ)
     if args.triton:

@@ -197,14 +197,14 @@ def measure(server: str, protocol: str, concurrency: int, ports: Ports, args: ar
     return result
 
 
-def batched_repository(args: argparse.Namespace, scratch: Path) -> Path:
-    """A copy of the model whose config.pbtxt gains ``dynamic_batching`` (replacing any it had)."""
-    target = scratch / args.model
-    shutil.copytree(args.model_repository / args.model, target)
+def with_dynamic_batching(repository: Path, model: str, scratch: Path, delay_us: int = 0) -> Path:
+    """``scratch``, holding a copy of ``model`` whose config.pbtxt gains ``dynamic_batching`` with ``delay_us``
+    (replacing any it had): a repository to serve instead of ``repository``."""
+    target = scratch / model
+    shutil.copytree(repository / model, target)
     config = (target / "config.pbtxt").read_text()
     config = re.sub(r"dynamic_batching\s*\{[^}]*\}", "", config)
-    delay = args.max_queue_delay_us
-    (target / "config.pbtxt").write_text(config + f"\ndynamic_batching {{ max_queue_delay_microseconds: {delay} }}\n")
+    (target / "config.pbtxt").write_text(config + f"\ndynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}\n")
     return scratch
 
 
@@ -351,7 +351,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-batched-") as scratch:
         for variant in args.variants:
             args.variant = variant
-            repository = batched_repository(args, Path(scratch)) if variant == "batched" else args.model_repository
+            repository = with_dynamic_batching(args.model_repository, args.model, Path(scratch),
+                                                   args.max_queue_delay_us) if variant == "batched" else args.model_repository
             results += bench_servers([server for server in servers if server != "floor" or variant == "plain"],
                                      args, stem, repository)
     del args.variant
