@@ -1,19 +1,19 @@
 """Triton's dynamic batcher: combines queued requests into batches for idle instances.
 
-A worker (two per instance) claims an instance that runs no batch of this batcher, then forms the next
-batch by Triton's rule (``forming.plan_batch``): queue order is priority level, then arrival; a batch
-that reaches a preferred size goes at once, as does the largest preferred (or fitting) prefix once the
-queue holds more than the largest preferred size; a smaller batch waits up to
-``max_queue_delay_microseconds`` for more requests. A waiting worker sleeps on one future, which
-``enqueue`` resolves or a timer handle resolves at the delay's end.
+Whenever a request arrives or an instance becomes free, the batcher forms batches by Triton's rule
+(``forming.plan_batch``) for the free instances: queue order is priority level, then arrival; a batch that
+reaches a preferred size goes at once, as does the largest preferred (or fitting) prefix once the queue holds
+more than the largest preferred size; a smaller batch waits up to ``max_queue_delay_microseconds`` for more
+requests (a timer forms it then). Each batch runs as a task of its own. Forming after an arrival waits for the
+end of the event loop's turn, so requests read together batch together.
 
 As in Triton's ``DynamicBatchScheduler``, requests leave the queue only for an instance that can start
 them: while an instance runs a batch, everything that arrives waits in the queue and goes in its next
 batch together (Triton gathers it into the payload the instance takes next), and counts toward
 ``max_queue_size`` until then. An instance that could take more batches at once
 (``ModelInstance.max_batches_in_flight``) still gets one at a time from this scheduler. The instance is
-free again as soon as the model has answered (``_HandOver``): the other worker of the instance forms and
-sends the next batch while the first hands out the responses.
+free again as soon as the model has answered (``_HandOver``): its next batch is formed and sent before the
+responses of the last one are handed out.
 
 Queue timeouts (``queues.PriorityQueue``) are applied when a batch is formed and, so that a request
 waits no longer than its timeout while every instance is busy, by one timer armed for the earliest
@@ -50,15 +50,16 @@ class DynamicBatcher(Scheduler):
         self.ragged = {spec.name for spec in model.config.input if spec.allow_ragged_batch}
         self.delay_until_queued = delay_scheduler_count()
         self.ordering = _ResponseOrdering() if config.preserve_ordering else None
-        self._wakeup: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forming: asyncio.Handle | None = None  # a _form at the end of this loop turn
+        self._delay: asyncio.TimerHandle | None = None  # forms the batch that waits at _delay_ns
+        self._delay_ns = NO_DEADLINE
         self._expiry: asyncio.TimerHandle | None = None  # fires at _expiry_ns, the earliest queue deadline
         self._expiry_ns = NO_DEADLINE
-        self._forming = asyncio.Lock()
         self._free: list[ModelInstance] = list(self.pool.instances)  # instances running no batch of ours
-        self._holders: dict[int, object] = {}  # id(instance) -> the worker whose batch it runs
-        self._handovers = {id(instance): _HandOver(instance, self._free_instance) for instance in self.pool.instances}
-        self._released: asyncio.Future[None] | None = None  # resolved when an instance is freed
-        self._workers: list[asyncio.Task[None]] = []
+        self._holders: dict[int, list[InferenceRequest]] = {}  # id(instance) -> the batch it runs
+        self._handovers = {id(instance): _HandOver(instance, self._hand_over) for instance in self.pool.instances}
+        self._batches: set[asyncio.Task[None]] = set()
         self._executing = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -73,123 +74,102 @@ class DynamicBatcher(Scheduler):
         if self.ordering is not None:
             self.ordering.add(request)
         self._idle.clear()
-        self._wake()
+        if self._forming is None and self._free:
+            self._forming = self._running_loop().call_soon(self._form)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        # Two workers per instance: while one hands out the responses of the batch that just ran, the other
-        # already forms the instance's next batch and sends it.
-        self._workers = [loop.create_task(self._work()) for _ in range(2 * len(self.pool.instances))]
+        self._loop = asyncio.get_running_loop()
 
     async def stop(self) -> None:
         self._stopping = True
-        self._wake()
+        self._form()  # what is queued goes without waiting for the delay
         await self._idle.wait()
-        if self._expiry is not None:
-            self._expiry.cancel()
-        for worker in self._workers:
-            worker.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        for handle in (self._forming, self._delay, self._expiry):
+            if handle is not None:
+                handle.cancel()
 
-    # ---- workers -------------------------------------------------------------------------------
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
-    async def _work(self) -> None:
-        """Claim an instance with no batch running, form a batch for it, run it."""
-        worker = object()
-        while True:
-            instance = await self._claim(worker)
-            try:
-                async with self._forming:
-                    batch = await self._next_batch()
-                self._executing += 1
-                try:
-                    await self._execute(instance, batch)
-                finally:
-                    self._executing -= 1
-                    self._check_idle()
-            finally:
-                self._free_instance(instance, worker)  # if the batch did not reach it (the hand-over frees it)
+    # ---- forming and running batches ----------------------------------------------------------
 
-    async def _claim(self, worker: object) -> ModelInstance:
-        """A free instance: a ready one while any instance is ready (a restarting one gets no work), else any,
-        so that requests fail fast with the reason."""
-        while True:
-            instance = self._pick()
-            if instance is not None:
-                self._holders[id(instance)] = worker
-                return instance
-            if self._released is None:
-                self._released = asyncio.get_running_loop().create_future()
-            await self._released
+    def _form(self) -> bool:
+        """Send the batches Triton's rule sends now to free instances; arm the delay's timer for one that
+        waits. Whether a batch was sent."""
+        self._forming = None
+        sent = False
+        while len(self.queue):
+            instance = self._pickable()
+            if instance is None:
+                return sent
+            now = time.monotonic_ns()
+            self._drop_expired_and_cancelled(now)
+            queued = len(self.queue)
+            if not queued or queued < self.delay_until_queued:
+                return sent
+            self.delay_until_queued = 0
+            plan = plan_batch(self.queue.in_order(), self.rule, self._compatible, now, self._stopping)
+            if not plan.count:
+                self._form_at(plan.wait_until_ns)
+                return sent
+            self._free.remove(instance)
+            self._start([entry.request for entry in self.queue.pop_front(plan.count)], instance)
+            sent = True
+        return sent
 
-    def _pick(self) -> ModelInstance | None:
+    def _pickable(self) -> ModelInstance | None:
+        """The free instance for the next batch: a ready one while any instance is ready (a restarting one gets
+        no work), else any, so that requests fail fast with the reason."""
         for instance in self._free:
             if instance.is_ready():
-                self._free.remove(instance)
                 return instance
         if self._free and not any(instance.is_ready() for instance in self.pool.instances):
-            return self._free.pop(0)
+            return self._free[0]
         return None
 
-    def _free_instance(self, instance: ModelInstance, worker: object | None = None) -> None:
-        """Free ``instance`` (only if ``worker``, when given, still holds it) and wake the workers waiting."""
-        holder = self._holders.get(id(instance))
-        if holder is None or (worker is not None and holder is not worker):
-            return
-        del self._holders[id(instance)]
-        self._free.append(instance)
-        if self._released is not None:
-            _resolve(self._released)
-            self._released = None
+    def _start(self, batch: list[InferenceRequest], instance: ModelInstance) -> None:
+        self._holders[id(instance)] = batch
+        self._executing += 1
+        task = self._running_loop().create_task(self._run(batch, instance))
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
 
-    async def _execute(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
+    async def _run(self, batch: list[InferenceRequest], instance: ModelInstance) -> None:
         try:
             await self.pool.run(instance, batch, runner=self._handovers[id(instance)])
         finally:
             if self.ordering is not None:
                 self.ordering.finished(batch)
+            self._executing -= 1
+            if self._holders.get(id(instance)) is batch:  # the batch did not reach the model: free it here
+                self._hand_over(instance)
+            self._check_idle()
+
+    def _hand_over(self, instance: ModelInstance) -> bool:
+        """The model has answered on ``instance``: free it and send its next batch. Whether one was sent."""
+        del self._holders[id(instance)]
+        self._free.append(instance)
+        return self._form()
+
+    def _form_at(self, deadline_ns: int) -> None:
+        """Form batches again at ``deadline_ns`` (the end of the oldest request's delay), if no earlier timer will."""
+        if deadline_ns >= self._delay_ns or deadline_ns == NO_DEADLINE:
+            return
+        if self._delay is not None:
+            self._delay.cancel()
+        self._delay = self._running_loop().call_later(max(deadline_ns - time.monotonic_ns(), 0) / 1e9,
+                                                      self._on_delay)
+        self._delay_ns = deadline_ns
+
+    def _on_delay(self) -> None:
+        self._delay, self._delay_ns = None, NO_DEADLINE
+        self._form()
 
     def _check_idle(self) -> None:
         if not self._executing and not len(self.queue):
             self._idle.set()
-
-    # ---- forming a batch -------------------------------------------------------------------------
-
-    async def _next_batch(self) -> list[InferenceRequest]:
-        """Wait until Triton's rule sends a batch, and take it off the queue."""
-        while True:
-            now = time.monotonic_ns()
-            self._drop_expired_and_cancelled(now)
-            wait_until = NO_DEADLINE
-            queued = len(self.queue)
-            if queued and queued >= self.delay_until_queued:
-                self.delay_until_queued = 0
-                plan = plan_batch(self.queue.in_order(), self.rule, self._compatible, now, self._stopping)
-                if plan.count:
-                    return [entry.request for entry in self.queue.pop_front(plan.count)]
-                wait_until = plan.wait_until_ns
-            await self._sleep_until(min(wait_until, self.queue.next_deadline()))
-
-    async def _sleep_until(self, deadline_ns: int) -> None:
-        """Sleep until ``_wake`` is called or the monotonic clock reaches ``deadline_ns``: one
-        future, plus one timer handle that is cancelled when the future is resolved first."""
-        loop = asyncio.get_running_loop()
-        wakeup: asyncio.Future[None] = loop.create_future()
-        timer = None
-        if deadline_ns < NO_DEADLINE:
-            timer = loop.call_later(max(deadline_ns - time.monotonic_ns(), 0) / 1e9, _resolve, wakeup)
-        self._wakeup = wakeup
-        try:
-            await wakeup
-        finally:
-            self._wakeup = None
-            if timer is not None:
-                timer.cancel()
-
-    def _wake(self) -> None:
-        """Wake the worker that is forming a batch, if it sleeps."""
-        if self._wakeup is not None:
-            _resolve(self._wakeup)
 
     def _compatible(self, first: QueuedRequest, other: QueuedRequest) -> bool:
         """Whether two requests can share a batch: the same inputs, with the same shapes past the
@@ -198,6 +178,8 @@ class DynamicBatcher(Scheduler):
         if a.keys() != b.keys():
             return False
         return all(name in self.ragged or a[name].shape[1:] == b[name].shape[1:] for name in a)
+
+    # ---- queue timeouts and cancellations ------------------------------------------------------
 
     def _drop_expired_and_cancelled(self, now: int) -> None:
         def reject(entry: QueuedRequest) -> None:
@@ -214,7 +196,7 @@ class DynamicBatcher(Scheduler):
         if self._expiry is not None:
             self._expiry.cancel()
         delay_s = max(deadline_ns - time.monotonic_ns(), 0) / 1e9
-        self._expiry = asyncio.get_running_loop().call_later(delay_s, self._on_expiry)
+        self._expiry = self._running_loop().call_later(delay_s, self._on_expiry)
         self._expiry_ns = deadline_ns
 
     def _on_expiry(self) -> None:
@@ -223,7 +205,7 @@ class DynamicBatcher(Scheduler):
         deadline = self.queue.next_deadline()
         if deadline < NO_DEADLINE:
             self._arm_expiry(deadline)
-        self._wake()  # the worker forming a batch looks at the queue again
+        self._form()  # a request that timed out may have held back a batch
 
     def _answered(self, request: InferenceRequest) -> None:
         """A queued request was answered without running (queue timeout, cancelled): it is no longer pending."""
@@ -233,28 +215,23 @@ class DynamicBatcher(Scheduler):
         self._check_idle()
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class _HandOver(ModelInstance):
     """Runs a batch on its instance and frees the instance as soon as the model has answered, before the
-    responses are handed out (the pool does that after ``execute`` returns): the worker waiting for the instance
-    forms the next batch from what is queued now, as Triton's instance takes its next payload when ``execute``
-    returns, and sends it without waiting for the responses to be written."""
+    responses are handed out (the pool does that after ``execute`` returns): the instance's next batch is formed
+    from what is queued now, as Triton's instance takes its next payload when ``execute`` returns, and sent
+    before the responses are written."""
 
-    def __init__(self, instance: ModelInstance, free: Callable[[ModelInstance], None]) -> None:
+    def __init__(self, instance: ModelInstance, hand_over: Callable[[ModelInstance], bool]) -> None:
         self._instance = instance
-        self._free = free
+        self._hand_over = hand_over
         self.answers_later = instance.answers_later
 
     async def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
         try:
             return await self._instance.execute(requests)
         finally:
-            self._free(self._instance)
-            await asyncio.sleep(0)  # the worker waiting for the instance runs first
+            if self._hand_over(self._instance):
+                await asyncio.sleep(0)  # the next batch's task sends it first
 
     def is_ready(self) -> bool:
         return self._instance.is_ready()
