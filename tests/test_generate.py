@@ -126,6 +126,11 @@ def test_generate_errors_use_tritons_words(server) -> None:  # type: ignore[no-u
     assert error("missing", {}, 404) == "Request for unknown model: 'missing' is not found"
     assert error("typed", {}, 400, headers={"content-encoding": "gzip"}) == \
         "Unsupported content-encoding, only 'identity' is supported."
+    assert error("typed", {}, 400, headers=[("content-encoding", "gzip"), ("content-encoding", "identity")]) == \
+        "Unsupported content-encoding, only 'identity' is supported."  # the first of a repeated header counts
+    reply = httpx.post(f"{base}/typed/generate", json={"INPUT0": 1, "INPUT1": "a"},
+                       headers=[("content-encoding", "identity"), ("content-encoding", "gzip")])
+    assert reply.status_code == 200, reply.text
     assert error("failing", {"INPUT0": [1]}, 500) == "toy_error model 'failing' always fails"
     reply = httpx.get(f"{base}/typed/generate")
     assert reply.status_code == 405 and reply.json() == {"error": "Method Not Allowed"}

@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -30,6 +30,7 @@ from .codec import encode_response, parse_raw_binary, parse_request, split_body
 from .disconnect import DisconnectWatch
 from .error_guard import ErrorGuard
 from .generate import GENERATE_PATH, GenerateEndpoint
+from .headers import header_dict
 from .shared_memory import SharedMemoryRoutes
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,6 @@ Send = Callable[[Message], Awaitable[None]]
 def _error(message: str, status: int) -> Response:
     """Triton's error body (ASCII JSON: a message quoting a client's lone surrogate still encodes)."""
     return Response(error_body(message), status, media_type="application/json")
-
-
-def header_dict(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Raw (name, value) headers (names lower case) as text; of a name sent twice, the first counts, as in Triton
-    (reversed, it is the last one set)."""
-    return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(headers)}
 
 
 def is_raw_binary(headers: dict[str, str]) -> bool:

@@ -12,6 +12,7 @@ from ...inference import InferenceRequest, InferenceResponse
 from ...seam import DataPlaneAPI
 from .disconnect import DisconnectWatch
 from .generate_json import generate_request, generate_response, parse_generate_body
+from .headers import header_dict
 
 GENERATE_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]+))?/(generate|generate_stream)")
 SINGLE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -46,7 +47,7 @@ class GenerateEndpoint:
             await _send_whole(send, 405, JSON, _error_json("Method Not Allowed"))
             return
         name, version_text, kind = match[1], match[2], match[3]
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        headers = header_dict(scope["headers"])
         try:
             request = await self._request(headers, receive, name, int(version_text) if version_text else None)
             queue: asyncio.Queue[_Item] = asyncio.Queue()

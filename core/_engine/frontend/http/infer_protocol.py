@@ -26,7 +26,8 @@ from ..busy_poll import BusyPoll
 from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
 from ..restricted import RestrictionCheck, http_category
-from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body, header_dict
+from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
+from .headers import header_dict
 from .app import log as log_requests
 
 if TYPE_CHECKING:
