@@ -16,7 +16,7 @@ ENGINE = "triton_serve._engine."
 BESIDE_THE_FRONTENDS = {
     "seam", "channel", "wire",
     "errors", "inference", "datatypes", "shared_memory_parameters", "config", "load_overrides", "sources",
-    "trace_settings", "log_settings", "request_json", "hookspecs", "poll_window",
+    "trace_settings", "log_settings", "subscribers", "request_json", "hookspecs", "poll_window",
     "protos", "protos.grpc_service_pb2", "protos.grpc_service_pb2_grpc", "protos.health_pb2", "protos.health_pb2_grpc",
     "protos.model_config_pb2",
 }

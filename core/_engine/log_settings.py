@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TextIO
 
 from .errors import ServerError, Status, unsupported
+from .subscribers import Subscribers
 
 FORMATS = ("default", "ISO8601")
 # The settings a client may change, with the type each takes and its name in Triton's error message.
@@ -161,11 +162,11 @@ class LogControl:
 
     def __init__(self, settings: LogSettings | None = None) -> None:
         self.settings = settings or LogSettings()
-        self._subscribers: list[Callable[[LogSettings], Awaitable[None] | None]] = []
+        self._subscribers = Subscribers[LogSettings]()
 
     def subscribe(self, subscriber: Callable[[LogSettings], Awaitable[None] | None]) -> None:
         """Call ``subscriber(settings)`` after every change; what it returns, if anything, is awaited."""
-        self._subscribers.append(subscriber)
+        self._subscribers.add(subscriber)
 
     async def update(self, changes: Mapping[str, Any]) -> LogSettings:
         """Make ``changes`` (all or, on a ServerError, none of them) and return the settings now in force, once
@@ -173,7 +174,5 @@ class LogControl:
         settings = self.settings.updated(changes)
         apply_log_settings(settings)
         self.settings = settings
-        for applied in [subscriber(settings) for subscriber in self._subscribers]:
-            if applied is not None:
-                await applied
+        await self._subscribers.notify(settings)
         return settings

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ServerError
 from .frontend.trace import TRACEPARENT, FrontendTrace, Stamps
+from .subscribers import Subscribers
 from .trace_settings import (OPENTELEMETRY_MODE, TRITON_MODE, SettingUpdate, SettingValues, TraceConfig, TraceLevel,
                              invalid_reason, level_names, merged)
 
@@ -320,7 +321,7 @@ class Tracer:
         self._global = TraceSetting(start, frozenset(), self.mode, self.file)
         self._models: dict[str, TraceSetting] = {}
         self._ids = itertools.count(1)
-        self._subscribers: list[Callable[[bool], Awaitable[None] | None]] = []
+        self._subscribers = Subscribers[bool]()
         self.armed = bool(start.level)
 
     # ---- the trace extension ----------------------------------------------------------------
@@ -351,9 +352,7 @@ class Tracer:
         armed = any(setting.level for setting in (self._global, *self._models.values()))
         if armed != self.armed:
             self.armed = armed
-            for applied in [subscriber(armed) for subscriber in self._subscribers]:
-                if applied is not None:
-                    await applied
+            await self._subscribers.notify(armed)
 
     def _update_one(self, model: str, update: SettingUpdate) -> None:
         current = self._models.get(model) if model else self._global
@@ -377,7 +376,7 @@ class Tracer:
 
     def subscribe(self, subscriber: Callable[[bool], Awaitable[None] | None]) -> None:
         """Call ``subscriber(armed)`` whenever ``armed`` changes; what it returns, if anything, is awaited."""
-        self._subscribers.append(subscriber)
+        self._subscribers.add(subscriber)
 
     # ---- requests ---------------------------------------------------------------------------
 
