@@ -447,3 +447,22 @@ def test_a_full_queue_counts_what_waits_while_a_batch_runs(tmp_path) -> None:
                                      steps)
     assert sizes == [1, 8]
     assert refused == [(Status.UNAVAILABLE, "[request id: <id_unknown>] Exceeds maximum queue size")] * 2
+
+
+def test_a_batch_cancelled_before_it_runs_gives_its_instance_back(tmp_path) -> None:
+    """A request cancelled after its batch was formed, before the batch reached the model: it is answered CANCELLED
+    without running, and the instance takes the next batch (it would wait for it forever otherwise)."""
+    async def steps(batcher: DynamicBatcher, instance: _GatedInstance, request: Callable[[], InferenceRequest]) -> Any:
+        instance.open = True
+        cancelled = request()
+        batcher.enqueue(cancelled)
+        await asyncio.sleep(0)  # the batch is formed in this turn; its task runs after this step
+        assert len(batcher.queue) == 0 and not instance.runs
+        cancelled.cancel()
+        error = (await cancelled.single_response()).error
+        later = request()
+        batcher.enqueue(later)
+        assert (await later.single_response()).error is None
+        return error.status if error else None, [len(run) for run in instance.runs]
+
+    assert _gated_scenario(tmp_path, "dynamic_batching { }", steps) == (Status.CANCELLED, [1])
