@@ -271,7 +271,9 @@ def generate_cells(model_dir: Path, shape: Shape, args: argparse.Namespace, devi
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, shape.dtype)).to(device).eval()
+    # Any, as in the transformers plugin: transformers' stubs type the model's .to() as taking a model.
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, shape.dtype))
+    model = model.to(device).eval()
 
     def run_batch(inputs: dict[str, torch.Tensor], new_tokens: int) -> int:
         with torch.inference_mode():
