@@ -351,8 +351,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-batched-") as scratch:
         for variant in args.variants:
             args.variant = variant
-            repository = with_dynamic_batching(args.model_repository, args.model, Path(scratch),
-                                                   args.max_queue_delay_us) if variant == "batched" else args.model_repository
+            repository = args.model_repository
+            if variant == "batched":
+                repository = with_dynamic_batching(repository, args.model, Path(scratch), args.max_queue_delay_us)
             results += bench_servers([server for server in servers if server != "floor" or variant == "plain"],
                                      args, stem, repository)
     del args.variant

@@ -50,8 +50,8 @@ class DynamicBatcher(Scheduler):
         self.ragged = {spec.name for spec in model.config.input if spec.allow_ragged_batch}
         self.delay_until_queued = delay_scheduler_count()
         self.ordering = _ResponseOrdering() if config.preserve_ordering else None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._forming: asyncio.Handle | None = None  # a _form at the end of this loop turn
+        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop it runs on, once it has seen it
+        self._forming: asyncio.Handle | None = None  # forms batches at the end of this loop turn
         self._delay: asyncio.TimerHandle | None = None  # forms the batch that waits at _delay_ns
         self._delay_ns = NO_DEADLINE
         self._expiry: asyncio.TimerHandle | None = None  # fires at _expiry_ns, the earliest queue deadline
@@ -75,10 +75,7 @@ class DynamicBatcher(Scheduler):
             self.ordering.add(request)
         self._idle.clear()
         if self._forming is None and self._free:
-            self._forming = self._running_loop().call_soon(self._form)
-
-    async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+            self._forming = self._running_loop().call_soon(self._form_after_arrivals)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -89,6 +86,7 @@ class DynamicBatcher(Scheduler):
                 handle.cancel()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop, asked once (each ``asyncio.get_running_loop()`` costs a ``getpid()`` call)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         return self._loop
@@ -98,7 +96,6 @@ class DynamicBatcher(Scheduler):
     def _form(self) -> bool:
         """Send the batches Triton's rule sends now to free instances; arm the delay's timer for one that
         waits. Whether a batch was sent."""
-        self._forming = None
         sent = False
         while len(self.queue):
             instance = self._pickable()
@@ -118,6 +115,10 @@ class DynamicBatcher(Scheduler):
             self._start([entry.request for entry in self.queue.pop_front(plan.count)], instance)
             sent = True
         return sent
+
+    def _form_after_arrivals(self) -> None:
+        self._forming = None
+        self._form()
 
     def _pickable(self) -> ModelInstance | None:
         """The free instance for the next batch: a ready one while any instance is ready (a restarting one gets

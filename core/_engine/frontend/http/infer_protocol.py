@@ -27,8 +27,8 @@ from ...errors import ServerError, Status, unexpected
 from ...inference import InferenceRequest, InferenceResponse
 from ..restricted import RestrictionCheck, http_category
 from .app import DECOUPLED_ERROR, HEADER_LENGTH, INFER_PATH, HttpFrontend, error_body
-from .headers import header_dict
 from .app import log as log_requests
+from .headers import header_dict
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
