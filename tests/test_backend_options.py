@@ -89,6 +89,22 @@ def test_bad_values_name_backend_option_and_value(key: str, value: str, reason: 
                                     f"{reason}")
 
 
+@dataclass(frozen=True)
+class WithRequired:
+    threads: int = option(0, minimum=0, doc="a default comes first")
+    factor: float = option(doc="no default: required")
+
+
+def test_an_option_without_a_default_is_required() -> None:
+    parsed = parse_options(WithRequired, {"factor": "2.5"}, backend="demo", source="model 'm' parameter")
+    assert parsed == WithRequired(factor=2.5)
+    with pytest.raises(ServerError) as caught:
+        parse_options(WithRequired, {"threads": "2"}, backend="demo", source="model 'm' parameter")
+    assert caught.value.message == "backend 'demo': model 'm' parameter 'factor' is required"
+    assert caught.value.status is Status.INVALID_ARG
+    assert [item.key for item in declared_options(WithRequired)] == ["threads", "factor"]
+
+
 def test_declarations_are_checked_when_a_backend_registers() -> None:
     @dataclass(frozen=True)
     class Undocumented:
@@ -128,6 +144,14 @@ class DemoBackend(TOY_BACKENDS[0]):  # type: ignore[misc,valid-type]
     platforms = ()
     Options = DemoOptions
     Parameters = DemoParameters
+
+
+class RequiringBackend(TOY_BACKENDS[0]):  # type: ignore[misc,valid-type]
+    """toy_identity whose models must set a parameter."""
+
+    name = "requiring"
+    platforms = ()
+    Parameters = WithRequired
 
 
 def registry_with(*flags: str) -> BackendRegistry:
@@ -214,6 +238,7 @@ def test_plugins_command_shows_options(capsys: pytest.CaptureFixture[str]) -> No
         "        log each request of this model",
         "    intra_op_thread_count: int >= 0, default 0",
         "        threads of one model"]
+    assert describe_options(RequiringBackend)[-2:] == ["    factor: float, required", "        no default: required"]
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     onnx = out[out.index("backend onnxruntime:"):]
@@ -237,6 +262,7 @@ class DemoPlugin:
     @hookimpl
     def tserve_register_backends(self, registry: BackendRegistry) -> None:
         registry.add(DemoBackend)
+        registry.add(RequiringBackend)
 
 
 IDENTITY = ('backend: "demo"\nmax_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [1] }]\n'
@@ -262,3 +288,16 @@ def test_bad_values_fail_model_loads_through_tritonclient(tmp_path: Path, tserve
     with pytest.raises(InferenceServerException, match="backend 'demo': --backend-config option 'verbose' has "
                                                        "invalid value 'maybe'"):
         client.load_model("good")
+
+
+def test_a_missing_required_parameter_fails_the_load_through_tritonclient(tmp_path: Path, tserve: Any) -> None:
+    requiring = IDENTITY.replace('backend: "demo"', 'backend: "requiring"')
+    write_model(tmp_path, "unset", requiring)
+    write_model(tmp_path, "set", requiring + 'parameters { key: "factor" value { string_value: "2" } }')
+    server = tserve(tmp_path, extra_plugins=[("demo", DemoPlugin())], model_control_mode="explicit")
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException,
+                       match="backend 'requiring': model 'unset' parameter 'factor' is required"):
+        client.load_model("unset")
+    client.load_model("set")
+    assert client.is_model_ready("set") and not client.is_model_ready("unset")

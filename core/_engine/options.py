@@ -42,16 +42,21 @@ class _Declaration:
     check: Callable[[Any], None] | None
 
 
-def option(default: Any, *, doc: str, key: str | None = None, minimum: float | None = None,
+def option(default: Any = dataclasses.MISSING, *, doc: str, key: str | None = None, minimum: float | None = None,
            check: Callable[[Any], None] | None = None) -> Any:
     """Declare one field of a backend's ``Options`` or ``Parameters`` dataclass.
 
-    ``key`` is what users write (default: the field name with ``-`` for ``_``, as in
-    ``default-max-batch-size``); ``minimum`` bounds a number; ``check(value)`` raises ValueError with
-    the reason for any other rule. The field's annotation gives its type: ``bool``, ``int``, ``float``,
-    ``str``, a ``Literal[...]`` of choices, or any of these ``| None`` (``None``: not set).
+    Without ``default`` the option is required: a model (or server) that does not set it fails to load,
+    with an error naming the key. ``key`` is what users write (default: the field name with ``-`` for
+    ``_``, as in ``default-max-batch-size``); ``minimum`` bounds a number; ``check(value)`` raises
+    ValueError with the reason for any other rule. The field's annotation gives its type: ``bool``,
+    ``int``, ``float``, ``str``, a ``Literal[...]`` of choices, or any of these ``| None`` (``None``:
+    not set).
     """
-    return dataclasses.field(default=default, metadata={_DECLARATION: _Declaration(doc, key, minimum, check)})
+    metadata = {_DECLARATION: _Declaration(doc, key, minimum, check)}
+    if default is dataclasses.MISSING:  # keyword-only, so that it may follow fields with defaults
+        return dataclasses.field(kw_only=True, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class DeclaredOption:
     key: str
     kind: type  # bool, int, float or str
     choices: tuple[Any, ...]
-    default: Any
+    default: Any  # dataclasses.MISSING: required
     doc: str
     minimum: float | None
     check: Callable[[Any], None] | None
@@ -176,6 +181,8 @@ def parse_options(cls: type[T], values: Mapping[str, str], *, backend: str, sour
                                   f"{error}") from None
         elif defaults is not None and declared.name in defaults:
             given[declared.name] = defaults[declared.name]
+        elif declared.default is dataclasses.MISSING:
+            raise ServerError(f"backend '{backend}': {source} '{declared.key}' is required")
     return cls(**given)
 
 
@@ -205,14 +212,16 @@ def describe_options(backend: type[Backend]) -> list[str]:
         if declared:
             lines.append(f"{where}:")
         for item in declared:
-            lines += [f"    {item.key}: {item.type_text()}, default {_default_text(item.default)}",
+            lines += [f"    {item.key}: {item.type_text()}, {_default_text(item.default)}",
                       f"        {item.doc}"]
     return lines
 
 
 def _default_text(value: Any) -> str:
+    if value is dataclasses.MISSING:
+        return "required"
     if value is None:
-        return "not set"
+        return "default not set"
     if isinstance(value, bool):
-        return str(value).lower()
-    return f"'{value}'" if isinstance(value, str) else str(value)
+        return f"default {str(value).lower()}"
+    return f"default '{value}'" if isinstance(value, str) else f"default {value}"
