@@ -91,6 +91,10 @@ class DynamicBatcher(Scheduler):
             self._loop = asyncio.get_running_loop()
         return self._loop
 
+    def _call_at(self, deadline_ns: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """Call ``callback`` when the monotonic clock reaches ``deadline_ns``."""
+        return self._running_loop().call_later(max(deadline_ns - time.monotonic_ns(), 0) / 1e9, callback)
+
     # ---- forming and running batches ----------------------------------------------------------
 
     def _form(self) -> bool:
@@ -160,8 +164,7 @@ class DynamicBatcher(Scheduler):
             return
         if self._delay is not None:
             self._delay.cancel()
-        self._delay = self._running_loop().call_later(max(deadline_ns - time.monotonic_ns(), 0) / 1e9,
-                                                      self._on_delay)
+        self._delay = self._call_at(deadline_ns, self._on_delay)
         self._delay_ns = deadline_ns
 
     def _on_delay(self) -> None:
@@ -196,8 +199,7 @@ class DynamicBatcher(Scheduler):
         """Apply the queue's timeouts at ``deadline_ns``, even while every instance is busy."""
         if self._expiry is not None:
             self._expiry.cancel()
-        delay_s = max(deadline_ns - time.monotonic_ns(), 0) / 1e9
-        self._expiry = self._running_loop().call_later(delay_s, self._on_expiry)
+        self._expiry = self._call_at(deadline_ns, self._on_expiry)
         self._expiry_ns = deadline_ns
 
     def _on_expiry(self) -> None:
